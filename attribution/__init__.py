@@ -1,0 +1,3 @@
+"""attribution: one honest, structured diagnosis for every failed Slurm GPU job."""
+
+__version__ = "0.1.0"

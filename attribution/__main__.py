@@ -1,0 +1,5 @@
+"""`python -m attribution` runs the `sattr` command line."""
+
+from attribution.cli import main
+
+main()

@@ -1,0 +1,365 @@
+"""The seam everything tests through: ``analyze(job, lines, ruleset) -> Verdict``.
+
+Pure and deterministic: no I/O, no clock (``diagnosed_at`` is passed in).
+Extraction, correlation and diagnosis all happen here, so rule examples,
+golden cases, offline bundles and the live worker run exactly the same code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from attribution import __version__
+from attribution.hostlist import compress
+from attribution.model import (
+    Cause,
+    ChainEntry,
+    ChainRole,
+    Coverage,
+    CoverageStatus,
+    Event,
+    EventRole,
+    JobRecord,
+    LogLine,
+    Responsible,
+    SubDomain,
+    TerminalState,
+    Verdict,
+)
+from attribution.rules.correlate import build_identity, correlate
+from attribution.rules.diagnose import Candidate, Outcome, diagnose
+from attribution.rules.extract import EventCollector, Extractor, iter_with_following
+from attribution.rules.loader import RuleSet
+from attribution.timeutil import zone
+
+ENGINE_VERSION = __version__
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisOptions:
+    """Tunable limits of one analysis.
+
+    ``margin_before``/``margin_after``: seconds added around the job's start and
+    end; node events outside count as context only. ``skew``: seconds of clock
+    difference tolerated when ordering events from different nodes.
+    ``per_key``/``per_rule_node``: how many distinct events are kept before
+    repeats are folded into counts (memory bound).
+    """
+
+    margin_before: float = 300.0
+    margin_after: float = 300.0
+    skew: float = 60.0
+    per_key: int = 3
+    per_rule_node: int = 64
+    max_chain: int = 40
+
+
+def job_window(job: JobRecord, options: AnalysisOptions) -> tuple[datetime | None, datetime | None]:
+    """``[start - margin_before, end + margin_after]``; open ends where Slurm did not say."""
+    start = job.start - timedelta(seconds=options.margin_before) if job.start else None
+    end = job.end + timedelta(seconds=options.margin_after) if job.end else None
+    return start, end
+
+
+def job_passed(job: JobRecord) -> bool:
+    """COMPLETED with exit code 0:0 and no non-zero derived exit code (sacct semantics)."""
+    if job.state != "COMPLETED":
+        return False
+    if job.exit_code not in (None, "0:0", "0"):
+        return False
+    return job.derived_exit_code in (None, "", "0:0", "0")
+
+
+def extract_events(
+    job: JobRecord,
+    lines: Iterable[LogLine],
+    ruleset: RuleSet,
+    options: AnalysisOptions = AnalysisOptions(),
+) -> EventCollector:
+    """Run the extractor stage over ``lines`` and return the (folded) events."""
+    extractor = Extractor(ruleset, tz=zone(job.timezone))
+    collector = EventCollector(
+        ruleset,
+        window=job_window(job, options),
+        span=(job.start, job.end),
+        per_key=options.per_key,
+        per_rule_node=options.per_rule_node,
+    )
+    lookahead = max((ex.rule.match.continuation for ex in ruleset.extractors), default=0)
+    for line, following in iter_with_following(lines, lookahead):
+        collector.extend(extractor.extract(line, following))
+    return collector
+
+
+def analyze(
+    job: JobRecord,
+    lines: Iterable[LogLine],
+    ruleset: RuleSet,
+    *,
+    coverage: Sequence[Coverage] | Callable[[], Sequence[Coverage]] = (),
+    options: AnalysisOptions = AnalysisOptions(),
+    diagnosed_at: datetime | None = None,
+) -> Verdict:
+    """Diagnose one job.
+
+    Args:
+        job: the Slurm job record (times UTC).
+        lines: every evidence line, source by source (see ``sources``).
+        ruleset: the compiled rules.
+        coverage: per-source coverage, or a callable returning it once
+            ``lines`` has been consumed (readers count as they go).
+        options: window margins, skew tolerance and memory bounds.
+        diagnosed_at: stored in the verdict; ``None`` keeps output reproducible.
+
+    Returns:
+        The ``Verdict``. Never raises on odd evidence; problems show up in
+        ``coverage``.
+    """
+    collector = extract_events(job, lines, ruleset, options)
+    identity = build_identity(job, collector.events)
+    events = [e for e in collector.events if not e.name.startswith("identity.")]
+    for event in events:
+        if event.node is None and event.rank is not None:
+            event.node = identity.rank_node.get(event.rank)
+        if event.node is None and len(job.nodes) == 1:
+            event.node = job.nodes[0]
+    active = [e for e in events if e.in_window is not False]
+    ignored = [e for e in events if e.in_window is False]
+    findings = correlate(ruleset.correlations, active, job, identity, skew=options.skew)
+    passed = job_passed(job)
+    outcome = (
+        Outcome(None, [], [])
+        if passed
+        else diagnose(ruleset.diagnoses, active, findings, job, skew=options.skew)
+    )
+    cov = list(coverage() if callable(coverage) else coverage)
+    return _verdict(job, ruleset, options, outcome, passed, active, ignored, cov, diagnosed_at)
+
+
+# --------------------------------------------------------------------- verdict assembly
+
+
+def _verdict(
+    job: JobRecord,
+    ruleset: RuleSet,
+    options: AnalysisOptions,
+    outcome: Outcome,
+    passed: bool,
+    active: list[Event],
+    ignored: list[Event],
+    coverage: list[Coverage],
+    diagnosed_at: datetime | None,
+) -> Verdict:
+    winner = outcome.winner
+    chain = _chain(active, outcome, options)
+    ignored_chain = _group(ignored, lambda _e: ChainRole.CONTEXT, note="outside the job window")
+    coverage = _coverage_counts(coverage, active + ignored)
+    responsible: tuple[Responsible, ...] = ()
+    action: str | None = None
+    cause: Cause | None = None
+    if passed:
+        terminal, sub_domain = TerminalState.PASS, SubDomain.NONE
+        warnings = sum(1 for e in active if e.severity >= 2 and e.role is not EventRole.SYMPTOM)
+        summary = f"Job {job.display_id} completed successfully (exit code 0:0)."
+        if warnings:
+            summary += f" {warnings} warning signal(s) seen; see the symptom chain."
+    elif winner is None:
+        terminal, sub_domain = _terminal_without_cause(job), SubDomain.UNATTRIBUTED
+        summary = _unattributed_summary(job, coverage, active)
+        action = (
+            "Check the coverage list for sources we could not read; add them (path templates "
+            "in config.yaml) or attach them to the bundle, then re-run."
+        )
+    elif outcome.tied:
+        everyone = [winner, *outcome.tied]
+        terminal = winner.rule.terminal_state
+        sub_domain = SubDomain.AMBIGUOUS
+        names = " or ".join(f"{c.rule.title} ({c.rule.sub_domain.value})" for c in everyone)
+        cause = Cause(
+            id="ambiguous",
+            title=f"Several causes fit equally: {names}",
+            rule=f"engine@{ENGINE_VERSION}",
+        )
+        summary = "Several causes fit the evidence equally: " + "; ".join(
+            f"{c.summary} [{c.rule.sub_domain.value}]" for c in everyone
+        )
+        seen: dict[tuple[str, str | None], Responsible] = {}
+        for c in everyone:
+            for r in c.responsible:
+                seen.setdefault((r.node, r.device), r)
+        responsible = tuple(seen.values())
+        action = " / ".join(dict.fromkeys(c.action for c in everyone if c.action)) or None
+    else:
+        terminal = winner.rule.terminal_state
+        sub_domain = winner.rule.sub_domain
+        cause = winner.cause
+        summary = winner.summary
+        action = winner.action
+        responsible = winner.responsible
+    return Verdict(
+        job=job,
+        terminal_state=terminal,
+        sub_domain=sub_domain,
+        cause=cause,
+        responsible=responsible,
+        summary=summary,
+        action=action,
+        symptom_chain=tuple(chain),
+        alternatives=tuple(outcome.alternatives),
+        coverage=tuple(coverage),
+        ignored=tuple(ignored_chain),
+        window=job_window(job, options),
+        ruleset=ruleset.info(),
+        engine_version=ENGINE_VERSION,
+        diagnosed_at=diagnosed_at,
+    )
+
+
+def _terminal_without_cause(job: JobRecord) -> TerminalState:
+    return {
+        "TIMEOUT": TerminalState.TIMEOUT,
+        "CANCELLED": TerminalState.CANCELLED,
+        "PREEMPTED": TerminalState.PREEMPTED,
+    }.get(job.state or "", TerminalState.FAIL)
+
+
+def _unattributed_summary(job: JobRecord, coverage: list[Coverage], active: list[Event]) -> str:
+    read = [c for c in coverage if c.status is CoverageStatus.OK]
+    absent = [c for c in coverage if c.status is not CoverageStatus.OK]
+    state = job.state or "unknown state"
+    text = (
+        f"Job {job.display_id} ended {state}"
+        + (f" (exit code {job.exit_code})" if job.exit_code else "")
+        + f", but no known failure signature was found in the {len(read)} source(s) we read"
+    )
+    if absent:
+        text += f"; {len(absent)} source(s) were missing, empty or unreadable"
+    if active:
+        text += f"; {len(active)} signal(s) were seen but none explains the failure"
+    return text + "."
+
+
+def _roles(active: list[Event], outcome: Outcome, skew: float) -> dict[int, ChainRole]:
+    winner = outcome.winner
+    root_ids: set[int] = set()
+    root_time: datetime | None = None
+    for cand in [winner, *outcome.tied] if winner else []:
+        assert cand is not None
+        root_ids.update(id(e) for e in _root_events(cand))
+        if cand.first_at and (root_time is None or cand.first_at < root_time):
+            root_time = cand.first_at
+    roles: dict[int, ChainRole] = {}
+    for e in active:
+        if id(e) in root_ids:
+            roles[id(e)] = ChainRole.CONTEXT if e.role is EventRole.CONTEXT else ChainRole.ROOT
+        elif e.context_by or e.role is EventRole.CONTEXT:
+            roles[id(e)] = ChainRole.CONTEXT
+        elif e.demoted_by or e.role is EventRole.SYMPTOM:
+            roles[id(e)] = ChainRole.DOWNSTREAM
+        elif winner is None or (
+            root_time and e.time and (root_time - e.time).total_seconds() > skew
+        ):
+            roles[id(e)] = ChainRole.CONTEXT
+        else:
+            roles[id(e)] = ChainRole.DOWNSTREAM
+    return roles
+
+
+def _root_events(cand: Candidate) -> list[Event]:
+    if cand.anchor_finding is not None:
+        nodes = set(cand.anchor_finding.nodes)
+        own = [e for e in cand.anchor_finding.events if e.node in nodes]
+        return own + cand.matched
+    return cand.anchor_events + cand.matched
+
+
+def _chain(active: list[Event], outcome: Outcome, options: AnalysisOptions) -> list[ChainEntry]:
+    roles = _roles(active, outcome, options.skew)
+    entries = _group(active, lambda e: roles[id(e)])
+    root_first = [e.first_at for e in entries if e.role is ChainRole.ROOT and e.first_at]
+    pivot = min(root_first) if root_first else None
+
+    def rank(entry: ChainEntry) -> tuple[Any, ...]:
+        when = entry.first_at.timestamp() if entry.first_at else float("inf")
+        if entry.role is ChainRole.ROOT:
+            band = 1
+        elif entry.role is ChainRole.DOWNSTREAM:
+            band = 2
+        elif pivot and entry.first_at and entry.first_at < pivot:
+            band = 0  # upstream context, e.g. a reboot before the XID
+        else:
+            band = 3
+        return (band, when, entry.symptom)
+
+    entries.sort(key=rank)
+    return entries[: options.max_chain]
+
+
+def _group(
+    events: Iterable[Event], role_of: Callable[[Event], ChainRole], note: str | None = None
+) -> list[ChainEntry]:
+    groups: dict[tuple[ChainRole, str, str], list[Event]] = defaultdict(list)
+    for e in events:
+        groups[(role_of(e), e.name, e.label)].append(e)
+    out: list[ChainEntry] = []
+    for (role, name, label), members in groups.items():
+        members.sort(key=_event_order)
+        first = members[0]
+        times = [t for e in members for t in (e.time, e.last_time) if t is not None]
+        nodes = sorted({e.node for e in members if e.node})
+        streams = sorted({e.stream.value for e in members})
+        out.append(
+            ChainEntry(
+                symptom=label,
+                event=name,
+                role=role,
+                count=sum(e.count for e in members),
+                nodes=tuple(nodes),
+                node_count=len(nodes),
+                first_at=min(times) if times else None,
+                last_at=max(times) if times else None,
+                stream=",".join(streams),
+                example=first.text,
+                source=str(first.source),
+                rule=first.rule,
+                note=note,
+            )
+        )
+    return out
+
+
+def _event_order(event: Event) -> tuple[Any, ...]:
+    if event.time is None:
+        return (1, 0.0, event.seq)
+    return (0, event.time.timestamp(), event.seq)
+
+
+def _coverage_counts(coverage: list[Coverage], events: list[Event]) -> list[Coverage]:
+    untimed: dict[tuple[str, str | None], int] = defaultdict(int)
+    outside: dict[tuple[str, str | None], int] = defaultdict(int)
+    for e in events:
+        key = (
+            e.stream.value,
+            e.node if e.stream.value not in ("job_stdout", "job_stderr") else None,
+        )
+        if e.time is None:
+            untimed[key] += e.count
+        elif e.in_window is False:
+            outside[key] += e.count
+    out = []
+    for c in coverage:
+        key = (c.stream.value, c.node)
+        out.append(
+            dataclasses.replace(c, untimed=untimed.get(key, 0), outside_window=outside.get(key, 0))
+        )
+    return out
+
+
+def nodes_text(nodes: Sequence[str]) -> str:
+    """Compress node names for display (``node[001-128]``)."""
+    return compress(nodes)

@@ -1,0 +1,215 @@
+"""Score verdicts against hand-written ``expected.yaml`` answers (``sattr backtest``).
+
+Per case the score is one of ``exact`` (the expected sub_domain),
+``acceptable`` (one of ``acceptable_sub_domains``), ``ambiguous``,
+``unattributed`` or ``wrong``. Totals add a sub_domain confusion matrix,
+per-class precision and recall, responsible-node accuracy (the blamed node
+set equals ``responsible_nodes``) and terminal_state accuracy.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attribution.model import CAUSE_DOMAINS, SubDomain, Verdict
+
+SCORES = ("exact", "acceptable", "ambiguous", "unattributed", "wrong")
+CLASSES = [d.value for d in CAUSE_DOMAINS] + ["ambiguous", "unattributed", "none"]
+
+
+@dataclass(slots=True)
+class CaseResult:
+    """One scored bundle."""
+
+    name: str
+    path: str
+    expected_sub_domain: str | None
+    got_sub_domain: str
+    score: str
+    expected_nodes: list[str] | None
+    got_nodes: list[str]
+    nodes_ok: bool | None
+    expected_terminal: str | None
+    got_terminal: str
+    terminal_ok: bool | None
+    cause: str | None
+    summary: str
+    error: str | None = None
+
+
+def score_case(name: str, path: str, expected: dict[str, Any], verdict: Verdict) -> CaseResult:
+    """Compare one verdict with its expectation."""
+    exp_sd = expected.get("sub_domain")
+    exp_sd = _normalise_domain(exp_sd)
+    acceptable = {_normalise_domain(s) for s in expected.get("acceptable_sub_domains") or []}
+    got = verdict.sub_domain.value
+    if got == exp_sd:
+        score = "exact"
+    elif got in acceptable:
+        score = "acceptable"
+    elif got == SubDomain.AMBIGUOUS.value:
+        score = "ambiguous"
+    elif got == SubDomain.UNATTRIBUTED.value:
+        score = "unattributed"
+    else:
+        score = "wrong"
+    got_nodes = sorted({r.node for r in verdict.responsible})
+    exp_nodes = expected.get("responsible_nodes")
+    nodes_ok = None if exp_nodes is None else sorted(set(map(str, exp_nodes))) == got_nodes
+    exp_term = expected.get("terminal_state")
+    got_term = verdict.terminal_state.value
+    return CaseResult(
+        name=name,
+        path=path,
+        expected_sub_domain=exp_sd,
+        got_sub_domain=got,
+        score=score,
+        expected_nodes=None if exp_nodes is None else [str(n) for n in exp_nodes],
+        got_nodes=got_nodes,
+        nodes_ok=nodes_ok,
+        expected_terminal=exp_term,
+        got_terminal=got_term,
+        terminal_ok=None if exp_term is None else exp_term == got_term,
+        cause=verdict.cause.id if verdict.cause else None,
+        summary=verdict.summary,
+    )
+
+
+def _normalise_domain(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    return {"user_code": "application", "user": "application", "not_a_cause": "none"}.get(
+        text, text
+    )
+
+
+@dataclass(slots=True)
+class Report:
+    """Totals over many cases."""
+
+    cases: list[CaseResult] = field(default_factory=list)
+
+    @property
+    def scored(self) -> list[CaseResult]:
+        return [c for c in self.cases if c.error is None]
+
+    def counts(self) -> dict[str, int]:
+        found = Counter(c.score for c in self.scored)
+        return {s: found.get(s, 0) for s in SCORES}
+
+    def rate(self, *scores: str) -> float:
+        n = len(self.scored)
+        return sum(1 for c in self.scored if c.score in scores) / n if n else 0.0
+
+    def node_accuracy(self) -> tuple[int, int]:
+        judged = [c for c in self.scored if c.nodes_ok is not None]
+        return sum(1 for c in judged if c.nodes_ok), len(judged)
+
+    def terminal_accuracy(self) -> tuple[int, int]:
+        judged = [c for c in self.scored if c.terminal_ok is not None]
+        return sum(1 for c in judged if c.terminal_ok), len(judged)
+
+    def confusion(self) -> dict[str, dict[str, int]]:
+        matrix: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for c in self.scored:
+            matrix[c.expected_sub_domain or "?"][c.got_sub_domain] += 1
+        return {k: dict(v) for k, v in matrix.items()}
+
+    def per_class(self) -> dict[str, dict[str, float | int]]:
+        """Precision and recall per expected sub_domain (acceptable counts as correct)."""
+        out: dict[str, dict[str, float | int]] = {}
+        labels = sorted({c.expected_sub_domain for c in self.scored if c.expected_sub_domain})
+        for label in labels:
+            support = [c for c in self.scored if c.expected_sub_domain == label]
+            predicted = [c for c in self.scored if c.got_sub_domain == label]
+            tp = sum(1 for c in support if c.got_sub_domain == label)
+            ok = sum(1 for c in support if c.score in ("exact", "acceptable"))
+            out[label] = {
+                "support": len(support),
+                "exact": tp,
+                "exact_or_acceptable": ok,
+                "precision": tp / len(predicted) if predicted else 0.0,
+                "recall": tp / len(support) if support else 0.0,
+            }
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        node_ok, node_n = self.node_accuracy()
+        term_ok, term_n = self.terminal_accuracy()
+        n = len(self.scored)
+        return {
+            "cases": len(self.cases),
+            "scored": n,
+            "errors": len(self.cases) - n,
+            "counts": self.counts(),
+            "exact_or_acceptable_rate": self.rate("exact", "acceptable"),
+            "ambiguous_rate": self.rate("ambiguous"),
+            "unattributed_rate": self.rate("unattributed"),
+            "responsible_node_accuracy": {"correct": node_ok, "judged": node_n},
+            "terminal_state_accuracy": {"correct": term_ok, "judged": term_n},
+            "per_class": self.per_class(),
+            "confusion": self.confusion(),
+            "results": [
+                {
+                    "case": c.name,
+                    "path": c.path,
+                    "expected": c.expected_sub_domain,
+                    "got": c.got_sub_domain,
+                    "score": c.score,
+                    "cause": c.cause,
+                    "expected_nodes": c.expected_nodes,
+                    "got_nodes": c.got_nodes,
+                    "nodes_ok": c.nodes_ok,
+                    "expected_terminal_state": c.expected_terminal,
+                    "terminal_state": c.got_terminal,
+                    "summary": c.summary,
+                    "error": c.error,
+                }
+                for c in self.cases
+            ],
+        }
+
+
+def find_cases(roots: Iterable[Path | str]) -> list[Path]:
+    """Bundle directories with an ``expected.yaml`` under each root (or the root itself)."""
+    out: list[Path] = []
+    for root in roots:
+        base = Path(root)
+        if (base / "expected.yaml").is_file() and (base / "job.json").is_file():
+            out.append(base)
+            continue
+        out.extend(
+            sorted(
+                p.parent for p in base.rglob("expected.yaml") if (p.parent / "job.json").is_file()
+            )
+        )
+    return sorted(dict.fromkeys(out))
+
+
+def error_result(name: str, path: str, expected: dict[str, Any] | None, message: str) -> CaseResult:
+    exp = expected or {}
+    return CaseResult(
+        name=name,
+        path=path,
+        expected_sub_domain=_normalise_domain(exp.get("sub_domain")),
+        got_sub_domain="error",
+        score="wrong",
+        expected_nodes=None,
+        got_nodes=[],
+        nodes_ok=None,
+        expected_terminal=exp.get("terminal_state"),
+        got_terminal="error",
+        terminal_ok=None,
+        cause=None,
+        summary="",
+        error=message,
+    )
+
+
+def summarise(results: Sequence[CaseResult]) -> Report:
+    return Report(cases=list(results))

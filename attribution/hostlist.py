@@ -1,0 +1,80 @@
+"""Expand and compress Slurm node lists (``gpu[001-016]``) through ClusterShell's NodeSet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ClusterShell.NodeSet import (
+    RESOLVER_NOGROUP,
+    NodeSet,
+    NodeSetParseError,
+    RangeSetParseError,
+)
+
+from attribution.errors import AttributionError
+
+
+class HostlistError(AttributionError):
+    """A node list that ClusterShell cannot parse."""
+
+
+def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
+    """Expand a Slurm hostlist (or a list of them) into node names, in Slurm's order.
+
+    ``"gpu[001-003],login1"`` -> ``("gpu001", "gpu002", "gpu003", "login1")``.
+    ``None``, ``""`` and ``"None assigned"`` (sacct for never-started jobs) give ``()``.
+
+    Raises:
+        HostlistError: when the expression is malformed.
+    """
+    if nodelist is None:
+        return ()
+    parts = [nodelist] if isinstance(nodelist, str) else list(nodelist)
+    out: list[str] = []
+    seen: set[str] = set()
+    for part in parts:
+        part = str(part).strip()
+        if not part or part.lower() in {"none", "none assigned", "(null)"}:
+            continue
+        try:
+            names = list(NodeSet(part, resolver=RESOLVER_NOGROUP))
+        except (NodeSetParseError, RangeSetParseError, ValueError) as exc:
+            raise HostlistError(f"invalid node list {part!r}: {exc}") from None
+        for name in names:
+            if name not in seen:
+                seen.add(name)
+                out.append(name)
+    return tuple(out)
+
+
+def compress(nodes: Iterable[str]) -> str:
+    """Fold node names into a Slurm hostlist: ``("gpu001", "gpu002")`` -> ``"gpu[001-002]"``."""
+    names = [n for n in nodes if n]
+    if not names:
+        return ""
+    return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
+
+
+def short_name(host: str) -> str:
+    """The node name of a host string: domain, port tags and brackets removed.
+
+    ``"node017.cluster.local"`` -> ``"node017"``; ``"node-3<34567>"`` -> ``"node-3"``.
+    IP addresses are returned unchanged.
+    """
+    host = host.strip().strip("[]")
+    host = host.split("<", 1)[0]
+    if _looks_like_ip(host):
+        return host
+    return host.split(".", 1)[0]
+
+
+def _looks_like_ip(text: str) -> bool:
+    if ":" in text:  # IPv6 (NCCL prints ::ffff:10.0.0.1 forms)
+        return True
+    parts = text.split(".")
+    return len(parts) == 4 and all(p.isdigit() for p in parts)
+
+
+def is_ip(text: str) -> bool:
+    """True for dotted IPv4 or anything with a colon (IPv6)."""
+    return _looks_like_ip(text.strip())

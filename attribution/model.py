@@ -1,0 +1,440 @@
+"""Frozen value types and closed vocabularies shared by every layer.
+
+Times are timezone-aware ``datetime`` objects in UTC. Durations are seconds.
+Nothing here does I/O, so the hook, the engine and the CLI can all import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+
+class Stream(enum.StrEnum):
+    """Where a log line came from."""
+
+    KERNEL = "kernel"  # dmesg / kern.log / journal -k
+    SYSLOG = "syslog"  # /var/log/syslog, /var/log/messages
+    FABRICMANAGER = "fabricmanager"  # NVIDIA Fabric Manager log
+    DCGM = "dcgm"  # DCGM health / nv-hostengine log
+    SLURMD = "slurmd"  # slurmd.log of a node
+    SLURMCTLD = "slurmctld"  # slurmctld.log of the controller
+    JOB_STDOUT = "job_stdout"  # the job's StdOut
+    JOB_STDERR = "job_stderr"  # the job's StdErr
+
+
+NODE_STREAMS: tuple[Stream, ...] = (
+    Stream.KERNEL,
+    Stream.SYSLOG,
+    Stream.FABRICMANAGER,
+    Stream.DCGM,
+    Stream.SLURMD,
+)
+JOB_STREAMS: tuple[Stream, ...] = (Stream.JOB_STDOUT, Stream.JOB_STDERR)
+
+# Rule files may name a group instead of listing streams one by one.
+STREAM_GROUPS: dict[str, tuple[Stream, ...]] = {
+    "node": (Stream.KERNEL, Stream.SYSLOG),
+    "job": JOB_STREAMS,
+    "any": tuple(Stream),
+}
+
+
+class SubDomain(enum.StrEnum):
+    """Which part of the system the verdict blames (see docs/verdict.md)."""
+
+    HARDWARE = "hardware"
+    SYSTEM_SOFTWARE = "system_software"
+    INFRASTRUCTURE = "infrastructure"
+    APPLICATION = "application"
+    AMBIGUOUS = "ambiguous"
+    UNATTRIBUTED = "unattributed"
+    NONE = "none"
+
+
+# The sub_domains a cause can belong to (ambiguous/unattributed/none are outcomes).
+CAUSE_DOMAINS: tuple[SubDomain, ...] = (
+    SubDomain.HARDWARE,
+    SubDomain.SYSTEM_SOFTWARE,
+    SubDomain.INFRASTRUCTURE,
+    SubDomain.APPLICATION,
+)
+
+
+class TerminalState(enum.StrEnum):
+    """How the job ended, after reading the evidence."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    PREEMPTED = "preempted"
+
+
+class EventRole(enum.StrEnum):
+    """What an extracted event usually is on its own (from the signature catalog)."""
+
+    ROOT = "root"  # usually the cause
+    SYMPTOM = "symptom"  # usually downstream of something else
+    EITHER = "either"  # depends on what precedes it
+    CONTEXT = "context"  # informational
+
+
+class ChainRole(enum.StrEnum):
+    """A symptom's place in the verdict's cascade."""
+
+    ROOT = "root"
+    DOWNSTREAM = "downstream"
+    CONTEXT = "context"
+
+
+class CoverageStatus(enum.StrEnum):
+    """What we could read of one source (stream x node)."""
+
+    OK = "ok"
+    EMPTY = "empty"
+    MISSING = "missing"
+    UNREADABLE = "unreadable"
+    ERROR = "error"
+
+
+class Severity(enum.IntEnum):
+    """How bad a signal or verdict is; ordered so that a larger value is worse."""
+
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+    CRITICAL = 4
+
+
+class RuleStatus(enum.StrEnum):
+    """Maturity of a rule; ``test`` and ``stable`` rules must carry examples."""
+
+    EXPERIMENTAL = "experimental"
+    TEST = "test"
+    STABLE = "stable"
+    DEPRECATED = "deprecated"
+
+
+# Slurm job states (sacct State, base word only) grouped by what they mean for us.
+SLURM_STATES: frozenset[str] = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PENDING",
+        "PREEMPTED",
+        "RUNNING",
+        "REQUEUED",
+        "RESIZING",
+        "REVOKED",
+        "SUSPENDED",
+        "TIMEOUT",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRef:
+    """Where an event was read: a file (as shown to the user) and a 1-based line."""
+
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What Slurm knows about one run of a job.
+
+    Times are UTC. ``state`` is the base sacct State word (``CANCELLED``, not
+    ``CANCELLED by 1001``; the uid goes to ``cancelled_by``). ``exit_code`` and
+    ``derived_exit_code`` keep sacct's ``status:signal`` form.
+    """
+
+    job_id: str
+    cluster: str | None = None
+    sluid: str | None = None
+    array_job_id: str | None = None
+    array_task_id: str | None = None
+    restart_count: int = 0
+    name: str | None = None
+    user: str | None = None
+    uid: int | None = None
+    account: str | None = None
+    partition: str | None = None
+    state: str | None = None
+    cancelled_by: str | None = None
+    reason: str | None = None
+    exit_code: str | None = None
+    derived_exit_code: str | None = None
+    nodes: tuple[str, ...] = ()
+    nodelist: str = ""
+    start: datetime | None = None
+    end: datetime | None = None
+    time_limit: int | None = None  # seconds
+    work_dir: str | None = None
+    std_out: str | None = None
+    std_err: str | None = None
+    admin_comment: str | None = None
+    failed_node: str | None = None
+    # Site hints: node -> IP address(es), node -> boot time, and the timezone that
+    # node-local timestamps without an offset are written in.
+    node_addresses: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    boot_times: Mapping[str, datetime] = field(default_factory=dict)
+    timezone: str | None = None
+
+    @property
+    def display_id(self) -> str:
+        """The id a user types: ``A_T`` for an array task, else the job id."""
+        if self.array_job_id and self.array_task_id:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return self.job_id
+
+    @property
+    def key(self) -> str:
+        """Spool/store key: the SLUID, else ``<cluster>_<jobid>_<restart>``."""
+        if self.sluid:
+            return self.sluid
+        cluster = self.cluster or "cluster"
+        if self.array_job_id and self.array_task_id:
+            return f"{cluster}_{self.array_job_id}_{self.array_task_id}_{self.restart_count}"
+        return f"{cluster}_{self.job_id}_{self.restart_count}"
+
+    @property
+    def exit_status(self) -> int | None:
+        """The exit status part of ``exit_code`` (``1`` for ``1:0``)."""
+        return _split_exit(self.exit_code)[0]
+
+    @property
+    def exit_signal(self) -> int | None:
+        """The signal part of ``exit_code`` (``9`` for ``0:9``)."""
+        return _split_exit(self.exit_code)[1]
+
+    @property
+    def duration(self) -> float | None:
+        """Elapsed seconds from start to end, when both are known."""
+        if self.start and self.end:
+            return (self.end - self.start).total_seconds()
+        return None
+
+
+def _split_exit(value: str | None) -> tuple[int | None, int | None]:
+    if not value:
+        return None, None
+    head, _, tail = value.partition(":")
+    try:
+        status = int(head)
+    except ValueError:
+        status = None
+    try:
+        signal = int(tail) if tail else None
+    except ValueError:
+        signal = None
+    return status, signal
+
+
+@dataclass(slots=True)
+class LogLine:
+    """One line of evidence after prefix parsing.
+
+    ``text`` is the message with the transport prefix (dmesg stamp, syslog
+    header, NCCL ``host:pid:tid [dev]``, ``[rankN]:``, srun label) removed;
+    ``raw`` is the line as read (capped). ``time`` is UTC or ``None`` when the
+    line cannot be placed in time. ``host`` is a node name the line itself
+    names; ``rank`` the global rank it was printed by, when known.
+    """
+
+    stream: Stream
+    node: str | None
+    text: str
+    raw: str
+    source: SourceRef
+    time: datetime | None = None
+    host: str | None = None
+    rank: int | None = None
+    pid: int | None = None
+    device: str | None = None
+
+
+@dataclass(slots=True)
+class Event:
+    """One extracted, typed log line.
+
+    ``name`` is the event type (``gpu.xid``), ``rule`` the extractor as
+    ``id@version``, ``fields`` the typed named groups plus table lookups.
+    ``role`` starts as the extractor's role and may be changed by correlation;
+    ``demoted_by`` names the correlation rule that made it downstream.
+    """
+
+    name: str
+    rule: str
+    stream: Stream
+    node: str | None
+    time: datetime | None
+    fields: dict[str, Any]
+    source: SourceRef
+    text: str
+    role: EventRole
+    label: str
+    severity: Severity = Severity.WARNING
+    rank: int | None = None
+    device: str | None = None
+    component: str | None = None
+    in_window: bool | None = None  # None: untimed
+    during_job: bool | None = None  # inside [start, end] exactly; None: untimed or no times
+    demoted_by: str | None = None
+    context_by: str | None = None
+    seq: int = 0  # stable order of extraction
+    count: int = 1  # identical repeats folded into this event
+    last_time: datetime | None = None  # time of the last folded repeat
+
+    @property
+    def timed(self) -> bool:
+        return self.time is not None
+
+
+@dataclass(slots=True)
+class Finding:
+    """A correlation result: a named conclusion drawn from several events."""
+
+    name: str
+    rule: str
+    nodes: tuple[str, ...]
+    fields: dict[str, Any]
+    events: list[Event]
+    time: datetime | None
+    summary: str
+    device: str | None = None
+    component: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Responsible:
+    """A node (and where known the component and device) the verdict blames."""
+
+    node: str
+    component: str | None = None
+    device: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """The diagnosis rule that won: id, title and ``id@version``."""
+
+    id: str
+    title: str
+    rule: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChainEntry:
+    """One line of the symptom chain: events of one kind grouped across nodes."""
+
+    symptom: str
+    event: str
+    role: ChainRole
+    count: int
+    nodes: tuple[str, ...]
+    node_count: int
+    first_at: datetime | None
+    last_at: datetime | None
+    stream: str
+    example: str
+    source: str
+    rule: str
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    """A candidate cause that matched but lost, and why."""
+
+    cause: Cause
+    sub_domain: SubDomain
+    responsible: tuple[Responsible, ...]
+    summary: str
+    why_not: str
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """What we could read of one source (stream x node).
+
+    ``bytes`` and ``lines`` count what was read; ``untimed`` lines could not be
+    placed in time; ``outside_window`` lines were read but fell outside the
+    job window; ``reason`` explains anything that is not ``ok``.
+    """
+
+    stream: Stream
+    node: str | None
+    status: CoverageStatus
+    files: tuple[str, ...] = ()
+    bytes: int = 0
+    lines: int = 0
+    untimed: int = 0
+    outside_window: int = 0
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The diagnosis of one job run (the schema is documented in docs/verdict.md)."""
+
+    job: JobRecord
+    terminal_state: TerminalState
+    sub_domain: SubDomain
+    cause: Cause | None
+    responsible: tuple[Responsible, ...]
+    summary: str
+    action: str | None
+    symptom_chain: tuple[ChainEntry, ...]
+    alternatives: tuple[Alternative, ...]
+    coverage: tuple[Coverage, ...]
+    ignored: tuple[ChainEntry, ...]
+    window: tuple[datetime | None, datetime | None]
+    ruleset: Mapping[str, str]
+    engine_version: str
+    diagnosed_at: datetime | None = None
+
+
+VERDICT_SCHEMA = "attribution.verdict/1"
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn model objects into JSON-ready dicts, lists and strings (UTC ISO times)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        items = [to_jsonable(v) for v in value]
+        return sorted(items) if isinstance(value, set | frozenset) else items
+    return value
+
+
+def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
+    """The ``--json`` form of a verdict: every field, times as UTC ISO 8601."""
+    body: dict[str, Any] = {"schema": VERDICT_SCHEMA}
+    data = to_jsonable(verdict)
+    window = data.pop("window")
+    data["window"] = {"start": window[0], "end": window[1]}
+    body.update(data)
+    return body

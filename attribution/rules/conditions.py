@@ -1,0 +1,159 @@
+"""Evaluate the closed condition vocabulary against event fields and the job record.
+
+A condition is a scalar (equals; strings compare case-insensitively) or an
+``Ops`` object. Numbers given as strings in logs (``"79"``) compare as
+numbers. Nothing is evaluated as code.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from attribution.model import Event, EventRole, JobRecord
+from attribution.rules.schema import JobConditions, Ops, Scalar, Selector
+
+
+@lru_cache(maxsize=1024)
+def _regex(pattern: str, ignore_case: bool) -> re.Pattern[str]:
+    return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+    return None
+
+
+def _equals(actual: Any, expected: Scalar) -> bool:
+    if actual is None:
+        return False
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return bool(actual) is expected if isinstance(expected, bool) else False
+    a_num, e_num = _number(actual), _number(expected)
+    if a_num is not None and e_num is not None:
+        return a_num == e_num
+    return str(actual).casefold() == str(expected).casefold()
+
+
+def check(actual: Any, condition: Scalar | Ops) -> bool:
+    """True when ``actual`` satisfies ``condition``."""
+    if not isinstance(condition, Ops):
+        return _equals(actual, condition)
+    if condition.exists is not None and (actual is not None) is not condition.exists:
+        return False
+    if actual is None:
+        return condition.exists is False
+    if condition.in_ is not None and not any(_equals(actual, v) for v in condition.in_):
+        return False
+    if condition.not_in is not None and any(_equals(actual, v) for v in condition.not_in):
+        return False
+    bounds = (
+        (condition.gte, operator.ge),
+        (condition.lte, operator.le),
+        (condition.gt, operator.gt),
+        (condition.lt, operator.lt),
+    )
+    for bound, compare in bounds:
+        if bound is None:
+            continue
+        number = _number(actual)
+        if number is None or not compare(number, bound):
+            return False
+    text = str(actual)
+    if condition.contains is not None:
+        needle = condition.contains
+        if condition.ignore_case:
+            if needle.casefold() not in text.casefold():
+                return False
+        elif needle not in text:
+            return False
+    return condition.matches is None or bool(
+        _regex(condition.matches, condition.ignore_case).search(text)
+    )
+
+
+def check_all(values: Mapping[str, Any], where: Mapping[str, Scalar | Ops]) -> bool:
+    """All conditions in ``where`` hold for ``values``."""
+    return all(check(values.get(name), cond) for name, cond in where.items())
+
+
+def event_values(event: Event) -> dict[str, Any]:
+    """Fields a condition can test: the event's fields plus node, rank, stream, device."""
+    values = dict(event.fields)
+    values.setdefault("node", event.node)
+    values.setdefault("rank", event.rank)
+    values.setdefault("stream", event.stream.value)
+    values.setdefault("device", event.device)
+    values.setdefault("text", event.text)
+    return values
+
+
+def selects(selector: Selector, event: Event) -> bool:
+    """Does ``selector`` pick ``event``?
+
+    Events a correlation rule made downstream or context are only picked with
+    ``include_demoted``.
+    """
+    if event.name not in selector.event:
+        return False
+    if (event.demoted_by or event.context_by) and not selector.include_demoted:
+        return False
+    if selector.roles and event.role not in selector.roles:
+        return False
+    if selector.during_job and not event.during_job:
+        return False
+    return check_all(event_values(event), selector.where)
+
+
+def job_values(job: JobRecord) -> dict[str, Any]:
+    """Job-record values a ``job:`` condition can test (names as in ``JobConditions``)."""
+    derived = (job.derived_exit_code or "").partition(":")
+    owner_cancel: bool | None = None
+    if job.cancelled_by is not None and job.uid is not None:
+        owner_cancel = str(job.cancelled_by) == str(job.uid)
+    elif job.cancelled_by is not None and job.user is not None:
+        owner_cancel = str(job.cancelled_by) == str(job.user)
+    return {
+        "state": job.state,
+        "exit_status": job.exit_status,
+        "exit_signal": job.exit_signal,
+        "derived_status": _number(derived[0]) if derived[0] else None,
+        "derived_signal": _number(derived[2]) if derived[2] else None,
+        "num_nodes": len(job.nodes) if job.nodes else None,
+        "duration": job.duration,
+        "cancelled_by_owner": owner_cancel,
+        "reason": job.reason,
+    }
+
+
+def job_matches(job: JobRecord, conditions: JobConditions | None) -> bool:
+    """All job conditions hold (``None`` means no conditions)."""
+    if conditions is None:
+        return True
+    values = job_values(job)
+    for name in JobConditions.model_fields:
+        cond = getattr(conditions, name)
+        if cond is None:
+            continue
+        if name == "cancelled_by_owner":
+            if values[name] is not cond:
+                return False
+        elif not check(values[name], cond):
+            return False
+    return True
+
+
+ROOT_ROLES = frozenset({EventRole.ROOT, EventRole.EITHER})

@@ -1,0 +1,325 @@
+"""Correlation stage: events across nodes and time -> findings and role changes.
+
+Five named operators (see ``CorrelationRule``): ``sequence``, ``vote``,
+``straggler`` and ``outlier`` run first, in rule-id order, and may produce
+findings; ``suppress`` runs last and demotes known symptoms when a candidate
+root exists. Only events inside the job window (or untimed) take part.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from attribution.hostlist import is_ip, short_name
+from attribution.model import Event, EventRole, Finding, JobRecord
+from attribution.rules.conditions import ROOT_ROLES, selects
+from attribution.rules.schema import CorrelationRule, Selector
+from attribution.rules.template import render
+
+
+@dataclass(slots=True)
+class Identity:
+    """What the logs tell us about who is who: rank -> node, address -> node."""
+
+    rank_node: dict[int, str] = field(default_factory=dict)
+    address_node: dict[str, str] = field(default_factory=dict)
+    nodes: tuple[str, ...] = ()
+
+    def node_for_peer(self, value: str) -> str | None:
+        """The node a peer string (IP, ``host<port>``, FQDN) refers to, if we can tell."""
+        if not value:
+            return None
+        text = value.strip().split("<", 1)[0].strip("[]")
+        if text.startswith("::ffff:"):
+            text = text[7:]
+        if text in self.address_node:
+            return self.address_node[text]
+        if is_ip(text):
+            return None
+        name = short_name(text)
+        if not self.nodes or name in self.nodes:
+            return name
+        return None
+
+    def learn(self, event: Event) -> None:
+        """Record identity facts carried by an ``identity.*`` event."""
+        host = event.fields.get("host") or event.node
+        if not host:
+            return
+        node = short_name(str(host))
+        if event.name == "identity.rank" and event.fields.get("rank") is not None:
+            try:
+                self.rank_node.setdefault(int(event.fields["rank"]), node)
+            except (TypeError, ValueError):
+                return
+        elif event.name == "identity.address" and event.fields.get("ip"):
+            self.address_node.setdefault(str(event.fields["ip"]), node)
+
+
+def build_identity(job: JobRecord, events: Iterable[Event]) -> Identity:
+    identity = Identity(nodes=job.nodes)
+    for node, addresses in job.node_addresses.items():
+        for address in addresses:
+            identity.address_node.setdefault(address, node)
+    for event in events:
+        if event.name.startswith("identity."):
+            identity.learn(event)
+    return identity
+
+
+def _time_ok(cause: Event, effect: Event, rule: CorrelationRule) -> bool:
+    if cause.time is None or effect.time is None:
+        if rule.within is None:
+            return True
+        # untimed: only trust the order of lines inside one file
+        if cause.source.path != effect.source.path:
+            return False
+        if rule.order == "after":
+            return effect.source.line >= cause.source.line
+        if rule.order == "before":
+            return effect.source.line <= cause.source.line
+        return True
+    delta = (effect.time - cause.time).total_seconds()
+    if rule.order == "after" and delta < 0:
+        return False
+    if rule.order == "before" and delta > 0:
+        return False
+    return rule.within is None or abs(delta) <= rule.within
+
+
+def _nodes_ok(cause: Event, effect: Event, relation: str) -> bool:
+    if relation == "same":
+        return cause.node is not None and cause.node == effect.node
+    if relation == "other":
+        return cause.node != effect.node
+    return True
+
+
+def _mark(event: Event, role: str, rule: CorrelationRule) -> None:
+    if role == "downstream":
+        event.demoted_by = event.demoted_by or rule.ref
+    elif role == "context":
+        event.context_by = event.context_by or rule.ref
+    elif role == "root":
+        event.role = EventRole.ROOT
+
+
+def _sequence(rule: CorrelationRule, events: Sequence[Event]) -> list[Finding]:
+    assert rule.cause is not None
+    assert rule.effect is not None
+    causes = [e for e in events if selects(rule.cause, e)]
+    effects = [e for e in events if selects(rule.effect, e)]
+    paired: dict[int, list[Event]] = defaultdict(list)
+    cause_by_seq = {}
+    for effect in effects:
+        for cause in causes:
+            if cause is effect:
+                continue
+            if _nodes_ok(cause, effect, rule.nodes) and _time_ok(cause, effect, rule):
+                paired[cause.seq].append(effect)
+                cause_by_seq[cause.seq] = cause
+    findings: list[Finding] = []
+    per_node: dict[str | None, list[Event]] = defaultdict(list)
+    for seq, matched in paired.items():
+        cause = cause_by_seq[seq]
+        if "cause" in rule.mark:
+            _mark(cause, rule.mark["cause"], rule)
+        if "effect" in rule.mark:
+            for effect in matched:
+                _mark(effect, rule.mark["effect"], rule)
+        per_node[cause.node].extend([cause, *matched])
+    if rule.finding:
+        for node, grouped in per_node.items():
+            first = min(grouped, key=_order_key)
+            findings.append(_finding(rule, (node,) if node else (), grouped, first.fields, first))
+    return findings
+
+
+def _order_key(event: Event) -> tuple[int, datetime | float, int]:
+    if event.time is None:
+        return (1, 0.0, event.seq)
+    return (0, event.time, event.seq)
+
+
+def _finding(
+    rule: CorrelationRule,
+    nodes: tuple[str, ...],
+    events: list[Event],
+    fields: dict[str, object],
+    first: Event | None,
+) -> Finding:
+    assert rule.finding is not None
+    values = {**fields, "node": nodes[0] if nodes else None, "nodes": ",".join(nodes)}
+    summary = render(rule.summary or rule.title, values)
+    return Finding(
+        name=rule.finding,
+        rule=rule.ref,
+        nodes=nodes,
+        fields=dict(fields),
+        events=events,
+        time=first.time if first else None,
+        summary=summary,
+        device=first.device if first else None,
+        component=first.component if first else None,
+    )
+
+
+def _vote(rule: CorrelationRule, events: Sequence[Event], identity: Identity) -> list[Finding]:
+    assert rule.select is not None
+    assert rule.field is not None
+    voters: dict[str, set[str]] = defaultdict(set)
+    votes: dict[str, int] = defaultdict(int)
+    raw: dict[str, str] = {}
+    members: dict[str, list[Event]] = defaultdict(list)
+    for event in events:
+        if not selects(rule.select, event):
+            continue
+        value = event.fields.get(rule.field)
+        if not value:
+            continue
+        peer = identity.node_for_peer(str(value)) or str(value).split("<", 1)[0]
+        if peer == event.node:
+            continue
+        voters[peer].add(event.node or f"rank{event.rank}")
+        votes[peer] += event.count
+        raw.setdefault(peer, str(value))
+        members[peer].append(event)
+    if not voters:
+        return []
+    best = max(len(v) for v in voters.values())
+    if best < rule.min_voters:
+        return []
+    winners = sorted(p for p, v in voters.items() if len(v) == best)
+    findings = []
+    for peer in winners:
+        fields = {
+            "peer": peer,
+            "peer_address": raw[peer],
+            "voters": len(voters[peer]),
+            "votes": votes[peer],
+            "peer_is_node": not is_ip(peer),
+        }
+        group = members[peer]
+        first = min(group, key=_order_key)
+        nodes = (peer,)
+        findings.append(_finding(rule, nodes, group, fields, first))
+    return findings
+
+
+def _straggler(rule: CorrelationRule, events: Sequence[Event], identity: Identity) -> list[Finding]:
+    assert rule.select is not None
+    failing = -1
+    enqueued: dict[int, int] = {}
+    node_of: dict[int, str | None] = {}
+    members: list[Event] = []
+    for event in events:
+        if not selects(rule.select, event):
+            continue
+        rank = event.rank if event.rank is not None else event.fields.get("rank")
+        if rank is None:
+            continue
+        rank = int(rank)
+        members.append(event)
+        seq = event.fields.get("seq")
+        if seq is not None:
+            failing = max(failing, int(seq))
+        enq = event.fields.get("last_enqueued")
+        if enq is not None:
+            enqueued[rank] = max(enqueued.get(rank, -1), int(enq))
+        node_of.setdefault(rank, event.node or identity.rank_node.get(rank))
+    if failing < 0 or not enqueued:
+        return []
+    stragglers = sorted(r for r, enq in enqueued.items() if enq < failing)
+    if not stragglers or (len(stragglers) == len(enqueued) and len(enqueued) > 1):
+        return []
+    nodes = tuple(dict.fromkeys(n for r in stragglers if (n := node_of.get(r)) is not None))
+    fields = {
+        "ranks": ",".join(str(r) for r in stragglers),
+        "rank": stragglers[0],
+        "seq": failing,
+        "last_enqueued": enqueued[stragglers[0]],
+        "reporting_ranks": len(enqueued),
+    }
+    first = min(members, key=_order_key) if members else None
+    return [_finding(rule, nodes, members, fields, first)]
+
+
+def _outlier(rule: CorrelationRule, events: Sequence[Event], job: JobRecord) -> list[Finding]:
+    assert rule.select is not None
+    chosen = [e for e in events if selects(rule.select, e) and e.node]
+    if not chosen:
+        return []
+    job_nodes = set(job.nodes) or {e.node for e in events if e.node}
+    if len(job_nodes) < rule.min_job_nodes:
+        return []
+    nodes = tuple(dict.fromkeys(e.node for e in sorted(chosen, key=_order_key) if e.node))
+    if len(nodes) > rule.max_nodes:
+        return []
+    fields = {"job_nodes": len(job_nodes), "outlier_nodes": len(nodes)}
+    first = min(chosen, key=_order_key)
+    return [_finding(rule, nodes, chosen, {**first.fields, **fields}, first)]
+
+
+def _suppress(rule: CorrelationRule, events: Sequence[Event], skew: float) -> None:
+    def is_symptom(event: Event) -> bool:
+        return any(selects(s, event) for s in rule.symptoms)
+
+    if rule.roots:
+        roots = [e for e in events if any(selects(r, e) for r in rule.roots)]
+    else:
+        roots = [
+            e
+            for e in events
+            if e.role in ROOT_ROLES
+            and not e.demoted_by
+            and not e.context_by
+            and not e.name.startswith("identity.")
+            and not is_symptom(e)
+        ]
+    if not roots:
+        return
+    for event in events:
+        if event.demoted_by or not is_symptom(event):
+            continue
+        for root in roots:
+            if root is event:
+                continue
+            if rule.scope == "node" and root.node != event.node:
+                continue
+            later = root.time is not None and event.time is not None
+            if later and (root.time - event.time).total_seconds() > skew:  # type: ignore[operator]
+                continue  # the "root" came clearly later: it cannot explain this
+            event.demoted_by = rule.ref
+            break
+
+
+def correlate(
+    rules: Sequence[CorrelationRule],
+    events: Sequence[Event],
+    job: JobRecord,
+    identity: Identity,
+    *,
+    skew: float = 60.0,
+) -> list[Finding]:
+    """Run correlation rules over in-window events; mutates event roles, returns findings."""
+    findings: list[Finding] = []
+    ordered = sorted(rules, key=lambda r: (r.op == "suppress", r.id))
+    for rule in ordered:
+        if rule.op == "sequence":
+            findings.extend(_sequence(rule, events))
+        elif rule.op == "vote":
+            findings.extend(_vote(rule, events, identity))
+        elif rule.op == "straggler":
+            findings.extend(_straggler(rule, events, identity))
+        elif rule.op == "outlier":
+            findings.extend(_outlier(rule, events, job))
+        else:
+            _suppress(rule, events, skew)
+    return findings
+
+
+def selector_events(selector: Selector, events: Iterable[Event]) -> list[Event]:
+    return [e for e in events if selects(selector, e)]

@@ -1,0 +1,326 @@
+"""Diagnosis stage: events + findings + job record -> ranked candidates -> one outcome.
+
+Ranking, in order: ``priority`` (higher wins); then time (a candidate whose
+evidence is clearly earlier, by more than the clock-skew tolerance, wins: the
+earliest root explains what follows); then severity; then rule id. A
+lower-priority candidate that is clearly *earlier* than the top one also wins:
+a hardware event that happens after the job already died did not kill it.
+Candidates of equal priority from different sub_domains that time cannot
+separate make the verdict ``ambiguous``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from attribution.hostlist import compress
+from attribution.model import (
+    Alternative,
+    Cause,
+    Event,
+    Finding,
+    JobRecord,
+    Responsible,
+    Severity,
+    SubDomain,
+)
+from attribution.rules.conditions import check_all, job_matches, selects
+from attribution.rules.schema import DiagnosisRule, EventCondition, FindingCondition
+from attribution.rules.template import render
+
+# Candidates at or above this priority are "root-grade": they may win on time
+# over a higher-priority candidate that came clearly later.
+ROOT_GRADE = 40
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One diagnosis rule that matched, with the evidence that made it match."""
+
+    rule: DiagnosisRule
+    anchor_events: list[Event]
+    anchor_finding: Finding | None
+    matched: list[Event]
+    supporting: list[Event]
+    findings: list[Finding]
+    first_at: datetime | None
+    responsible: tuple[Responsible, ...]
+    summary: str
+    action: str | None
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def priority(self) -> int:
+        return self.rule.priority
+
+    @property
+    def cause(self) -> Cause:
+        return Cause(id=self.rule.id, title=self.rule.title, rule=self.rule.ref)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """The ranked result: the winner (or none), an ambiguity set and the losers with reasons."""
+
+    winner: Candidate | None
+    tied: list[Candidate]
+    alternatives: list[Alternative]
+
+
+def _event_condition(cond: EventCondition, events: Sequence[Event]) -> list[Event] | None:
+    chosen = [e for e in events if selects(cond, e)]
+    if not chosen:
+        return None
+    if sum(e.count for e in chosen) < cond.min_count:
+        return None
+    nodes = {e.node for e in chosen if e.node}
+    if len(nodes) < cond.min_nodes and not (cond.min_nodes == 1 and chosen):
+        return None
+    if cond.max_nodes is not None and len(nodes) > cond.max_nodes:
+        return None
+    return chosen
+
+
+def _finding_condition(cond: FindingCondition, findings: Sequence[Finding]) -> list[Finding] | None:
+    chosen = []
+    for f in findings:
+        if f.name != cond.finding:
+            continue
+        values = {**f.fields, "node": f.nodes[0] if f.nodes else None}
+        if check_all(values, cond.where):
+            chosen.append(f)
+    return chosen or None
+
+
+def _order_key(event: Event) -> tuple[int, Any, int]:
+    return (0, event.time, event.seq) if event.time is not None else (1, 0, event.seq)
+
+
+def _evaluate(
+    rule: DiagnosisRule,
+    events: Sequence[Event],
+    findings: Sequence[Finding],
+    job: JobRecord,
+) -> Candidate | None:
+    when = rule.when
+    if not job_matches(job, when.job):
+        return None
+    matched: list[Event] = []
+    used_findings: list[Finding] = []
+    anchor_events: list[Event] | None = None
+    anchor_finding: Finding | None = None
+
+    def satisfy(cond: EventCondition | FindingCondition) -> bool:
+        nonlocal anchor_events, anchor_finding
+        if isinstance(cond, FindingCondition):
+            got_f = _finding_condition(cond, findings)
+            if got_f is None:
+                return False
+            used_findings.extend(got_f)
+            if anchor_events is None and anchor_finding is None:
+                anchor_finding = got_f[0]
+                anchor_events = list(got_f[0].events)
+            return True
+        got = _event_condition(cond, events)
+        if got is None:
+            return False
+        matched.extend(got)
+        if anchor_events is None and anchor_finding is None:
+            anchor_events = got
+        return True
+
+    for cond in when.all:
+        if not satisfy(cond):
+            return None
+    if when.any and not any([satisfy(cond) for cond in when.any]):
+        return None
+    for cond in when.none:
+        if isinstance(cond, FindingCondition):
+            if _finding_condition(cond, findings) is not None:
+                return None
+        elif _event_condition(cond, events) is not None:
+            return None
+    supporting: list[Event] = []
+    for extra in when.also:
+        found = _event_condition(extra, events)
+        if found:
+            supporting.extend(found)
+
+    anchors = anchor_events or []
+    rep = min(anchors, key=_order_key) if anchors else None
+    times = [e.time for e in anchors if e.time is not None]
+    first_at = anchor_finding.time if anchor_finding and anchor_finding.time else None
+    if first_at is None and times:
+        first_at = min(times)
+    responsible = _responsible(rule, anchors, anchor_finding, job)
+    values = _values(rule, rep, anchors, anchor_finding, job, responsible)
+    return Candidate(
+        rule=rule,
+        anchor_events=anchors,
+        anchor_finding=anchor_finding,
+        matched=list({id(e): e for e in matched}.values()),
+        supporting=list({id(e): e for e in supporting}.values()),
+        findings=used_findings,
+        first_at=first_at,
+        responsible=responsible,
+        summary=render(rule.summary, values),
+        action=render(rule.action, values) if rule.action else None,
+        values=values,
+    )
+
+
+def _responsible(
+    rule: DiagnosisRule, anchors: list[Event], finding: Finding | None, job: JobRecord
+) -> tuple[Responsible, ...]:
+    if rule.blame == "none":
+        return ()
+    if rule.blame == "job_nodes":
+        if job.failed_node:
+            return (Responsible(node=job.failed_node, component=rule.component),)
+        return ()
+    out: dict[str, Responsible] = {}
+    if finding is not None and finding.nodes:
+        for node in finding.nodes:
+            device = render(rule.device, finding.fields, unknown="") if rule.device else None
+            out.setdefault(
+                node,
+                Responsible(
+                    node=node,
+                    component=rule.component or finding.component,
+                    device=device or finding.device,
+                ),
+            )
+        return tuple(out.values())
+    for event in sorted(anchors, key=_order_key):
+        if not event.node:
+            continue
+        device = event.device
+        if rule.device:
+            device = (
+                render(rule.device, {**event.fields, "device": event.device}, unknown="") or device
+            )
+        key = f"{event.node}\0{device or ''}"
+        out.setdefault(
+            key,
+            Responsible(
+                node=event.node, component=rule.component or event.component, device=device
+            ),
+        )
+    return tuple(out.values())
+
+
+def _values(
+    rule: DiagnosisRule,
+    rep: Event | None,
+    anchors: list[Event],
+    finding: Finding | None,
+    job: JobRecord,
+    responsible: tuple[Responsible, ...],
+) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "job_id": job.display_id,
+        "state": job.state,
+        "exit_code": job.exit_code,
+        "user": job.user,
+    }
+    if rep is not None:
+        values.update(rep.fields)
+        values.setdefault("rank", rep.rank)
+        values.setdefault("device", rep.device)
+        values["node"] = rep.node
+        values["event_text"] = rep.text.strip()
+        values["event_label"] = rep.label
+    if finding is not None:
+        values.update(finding.fields)
+        values["finding"] = finding.summary
+        if finding.nodes:
+            values["node"] = finding.nodes[0]
+    nodes = [r.node for r in responsible] or sorted({e.node for e in anchors if e.node})
+    values["nodes"] = compress(nodes) if nodes else None
+    values["node_count"] = len(set(nodes))
+    values["count"] = sum(e.count for e in anchors) if anchors else None
+    if not values.get("node") and nodes:
+        values["node"] = nodes[0]
+    return values
+
+
+def _separable(a: Candidate, b: Candidate, skew: float) -> bool:
+    if a.first_at is None or b.first_at is None:
+        return False
+    return abs((a.first_at - b.first_at).total_seconds()) > skew
+
+
+def _sort_key(c: Candidate) -> tuple[Any, ...]:
+    when = c.first_at.timestamp() if c.first_at else float("inf")
+    return (-c.priority, when, -Severity[c.rule.severity.upper()], c.rule.id)
+
+
+def diagnose(
+    rules: Sequence[DiagnosisRule],
+    events: Sequence[Event],
+    findings: Sequence[Finding],
+    job: JobRecord,
+    *,
+    skew: float = 60.0,
+) -> Outcome:
+    """Evaluate every diagnosis rule and rank the candidates (see the module docstring)."""
+    candidates = [c for rule in rules if (c := _evaluate(rule, events, findings, job)) is not None]
+    if not candidates:
+        return Outcome(None, [], [])
+    candidates.sort(key=_sort_key)
+    top = candidates[0]
+    reasons: dict[str, str] = {}
+    # time precedence: a root-grade candidate clearly earlier than the top one wins
+    if top.first_at is not None:
+        earlier = [
+            c
+            for c in candidates[1:]
+            if c.priority >= ROOT_GRADE
+            and c.first_at is not None
+            and (top.first_at - c.first_at).total_seconds() > skew
+        ]
+        if earlier:
+            first = min(earlier, key=lambda c: (c.first_at, _sort_key(c)))
+            gap = int((top.first_at - (first.first_at or top.first_at)).total_seconds())
+            reasons[top.rule.id] = f"its first evidence came {gap} s after {first.rule.id}'s"
+            top = first
+    tied = [
+        c
+        for c in candidates
+        if c is not top
+        and c.priority == top.priority
+        and c.rule.sub_domain != top.rule.sub_domain
+        and not _separable(c, top, skew)
+    ]
+    alternatives: list[Alternative] = []
+    for c in candidates:
+        if c is top:
+            continue
+        if c.rule.id in reasons:
+            why = reasons[c.rule.id]
+        elif c in tied:
+            why = f"fits equally (priority {c.priority}, {c.rule.sub_domain.value})"
+        elif c.priority < top.priority:
+            why = f"lower priority ({c.priority} < {top.priority})"
+        elif c.first_at and top.first_at and c.first_at > top.first_at:
+            gap = int((c.first_at - top.first_at).total_seconds())
+            why = f"equal priority but its evidence came {gap} s later"
+        else:
+            why = "same sub_domain, ranked after the winner"
+        alternatives.append(
+            Alternative(
+                cause=c.cause,
+                sub_domain=c.rule.sub_domain,
+                responsible=c.responsible,
+                summary=c.summary,
+                why_not=why,
+                priority=c.priority,
+            )
+        )
+    return Outcome(top, tied, alternatives)
+
+
+__all__ = ["Candidate", "Outcome", "SubDomain", "diagnose"]

@@ -1,0 +1,334 @@
+"""Extractor stage: ``LogLine`` -> ``Event``.
+
+Per stream, one alternation of every extractor's literals runs first; only the
+extractors whose literal occurs in the line run their regex. Repeats are folded
+(``EventCollector``) so that a node logging the same line 800,000 times costs a
+few events with a count, not 800,000 objects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, tzinfo
+from typing import Any
+
+from attribution.hostlist import short_name
+from attribution.model import Event, EventRole, LogLine, Severity, Stream
+from attribution.rules.loader import CompiledExtractor, RuleSet
+from attribution.rules.schema import FieldSpec
+from attribution.rules.template import render
+from attribution.timeutil import parse_iso
+
+MAX_TEXT = 600
+_ROLE_VALUES = frozenset(r.value for r in EventRole)
+
+
+def _convert(value: str | None, spec: FieldSpec) -> Any:
+    if value is None:
+        return spec.default
+    value = value.strip()
+    try:
+        if spec.type == "int":
+            return int(value)
+        if spec.type == "float":
+            return float(value)
+        if spec.type == "hex":
+            return int(value, 16)
+    except ValueError:
+        return spec.default if spec.default is not None else value
+    if spec.type == "lower":
+        return value.lower()
+    if spec.type == "upper":
+        return value.upper()
+    return value
+
+
+@dataclass(slots=True)
+class _StreamMatcher:
+    prefilter: re.Pattern[str] | None
+    prefilter_folded: re.Pattern[str] | None
+    by_literal: dict[str, list[CompiledExtractor]]
+    max_continuation: int
+
+
+def _build_matcher(extractors: Sequence[CompiledExtractor]) -> _StreamMatcher:
+    by_literal: dict[str, list[CompiledExtractor]] = defaultdict(list)
+    exact: set[str] = set()
+    folded: set[str] = set()
+    for ex in extractors:
+        if ex.rule.match.ignore_case:
+            for lit in ex.literals_folded:
+                by_literal["\0" + lit].append(ex)
+                folded.add(lit)
+        else:
+            for lit in ex.literals:
+                by_literal[lit].append(ex)
+                exact.add(lit)
+
+    def alternation(words: set[str], flags: int = 0) -> re.Pattern[str] | None:
+        if not words:
+            return None
+        # longest first, so that overlapping literals all get a chance via the index
+        ordered = sorted(words, key=lambda w: (-len(w), w))
+        return re.compile("|".join(re.escape(w) for w in ordered), flags)
+
+    return _StreamMatcher(
+        prefilter=alternation(exact),
+        prefilter_folded=alternation(folded, re.IGNORECASE),
+        by_literal=dict(by_literal),
+        max_continuation=max((ex.rule.match.continuation for ex in extractors), default=0),
+    )
+
+
+class Extractor:
+    """Runs a ruleset's extractors over log lines.
+
+    ``candidates(line)`` is the pre-filter (which extractors may match);
+    ``extract(line, following)`` returns the events for one line, where
+    ``following`` supplies continuation lines for multi-line extractors.
+    """
+
+    def __init__(self, ruleset: RuleSet, *, tz: tzinfo = UTC) -> None:
+        self.ruleset = ruleset
+        self.tz = tz
+        self._order = {ex.id: i for i, ex in enumerate(ruleset.extractors)}
+        self._matchers: dict[Stream, _StreamMatcher] = {}
+        for stream in Stream:
+            chosen = [ex for ex in ruleset.extractors if stream in ex.streams]
+            self._matchers[stream] = _build_matcher(chosen)
+
+    def max_continuation(self, stream: Stream) -> int:
+        return self._matchers[stream].max_continuation
+
+    def candidates(self, stream: Stream, text: str) -> list[CompiledExtractor]:
+        """Extractors whose literal occurs in ``text`` (ruleset order, no repeats)."""
+        matcher = self._matchers[stream]
+        hit = matcher.prefilter is not None and matcher.prefilter.search(text) is not None
+        hit_folded = (
+            matcher.prefilter_folded is not None
+            and matcher.prefilter_folded.search(text) is not None
+        )
+        if not (hit or hit_folded):
+            return []
+        lowered = text.lower() if hit_folded else ""
+        found: dict[str, CompiledExtractor] = {}
+        for lit, exs in matcher.by_literal.items():
+            if lit[:1] == "\0":
+                present = hit_folded and lit[1:] in lowered
+            else:
+                present = hit and lit in text
+            if present:
+                for ex in exs:
+                    found.setdefault(ex.id, ex)
+        return sorted(found.values(), key=lambda ex: self._order[ex.id])
+
+    def extract(self, line: LogLine, following: Sequence[LogLine] = ()) -> list[Event]:
+        """Events for one line. Fallback extractors are dropped when a specific one matched."""
+        found: list[tuple[bool, Event]] = []
+        for ex in self.candidates(line.stream, line.text):
+            text = line.text
+            if ex.rule.match.continuation and following:
+                extra = [f.text for f in following[: ex.rule.match.continuation]]
+                text = "\n".join([text, *extra])
+            m = ex.regex.search(text)
+            if m is None:
+                continue
+            found.append((ex.rule.emit.fallback, self._event(ex, m, line)))
+        if any(not fallback for fallback, _ in found):
+            return [event for fallback, event in found if not fallback]
+        return [event for _, event in found]
+
+    def _event(self, ex: CompiledExtractor, m: re.Match[str], line: LogLine) -> Event:
+        emit = ex.rule.emit
+        fields: dict[str, Any] = {}
+        for name, spec in ex.fields.items():
+            if spec.group is None:
+                fields[name] = spec.value
+            elif isinstance(spec.group, str):
+                fields[name] = _convert(m.group(spec.group), spec)
+            else:
+                found = next((g for g in spec.group if m.group(g) is not None), None)
+                fields[name] = _convert(m.group(found) if found else None, spec)
+        role = emit.role
+        severity = ex.rule.severity_level
+        if emit.lookup is not None and ex.table is not None:
+            row = ex.table.get(str(fields.get(emit.lookup.key)))
+            if row is not None:
+                for column, value in row.items():
+                    if column != emit.lookup.key or emit.lookup.prefix:
+                        fields[emit.lookup.prefix + column] = value
+                wanted = row.get(emit.lookup.role_from) if emit.lookup.role_from else None
+                if wanted in _ROLE_VALUES:
+                    role = EventRole(wanted)
+                if emit.lookup.severity_from and row.get(emit.lookup.severity_from):
+                    sev = str(row[emit.lookup.severity_from]).upper()
+                    if sev in Severity.__members__:
+                        severity = Severity[sev]
+        values = {**fields, "node": line.node, "host": line.host, "rank": line.rank}
+        node = line.node
+        if emit.node:
+            named = render(emit.node, values, unknown="")
+            if named:
+                node = short_name(named)
+        elif line.host and line.stream in (Stream.JOB_STDOUT, Stream.JOB_STDERR):
+            node = short_name(line.host)
+        rank = line.rank
+        if emit.rank and fields.get(emit.rank) is not None:
+            with contextlib.suppress(TypeError, ValueError):
+                rank = int(fields[emit.rank])
+        device = render(emit.device, values, unknown="") or None if emit.device else line.device
+        when = line.time
+        if when is None and emit.time_field and fields.get(emit.time_field):
+            when = parse_iso(str(fields[emit.time_field]), self.tz)
+        text = line.text if len(line.text) <= MAX_TEXT else line.text[:MAX_TEXT] + "…"
+        return Event(
+            name=emit.event,
+            rule=ex.rule.ref,
+            stream=line.stream,
+            node=node,
+            time=when,
+            fields=fields,
+            source=line.source,
+            text=text,
+            role=role,
+            label=render(emit.label, {**values, "node": node}),
+            severity=severity,
+            rank=rank,
+            device=device,
+            component=emit.component,
+        )
+
+
+@dataclass(slots=True)
+class _Slot:
+    events: list[Event] = field(default_factory=list)
+
+
+class EventCollector:
+    """Keeps events with bounded memory: identical repeats are folded into a count.
+
+    Per (extractor, node, identity fields) at most ``per_key`` events are kept;
+    per (extractor, node) at most ``per_rule_node`` distinct keys. Anything
+    beyond is added to the count of the last kept event of that key, so counts
+    and first/last times stay exact while memory stays bounded.
+    """
+
+    def __init__(
+        self,
+        ruleset: RuleSet,
+        *,
+        window: tuple[datetime | None, datetime | None] = (None, None),
+        span: tuple[datetime | None, datetime | None] = (None, None),
+        per_key: int = 3,
+        per_rule_node: int = 64,
+        dedupe_memory: int = 100_000,
+    ) -> None:
+        self._group_by: dict[str, list[str] | None] = {
+            ex.rule.ref: ex.rule.emit.group_by for ex in ruleset.extractors
+        }
+        self.window = window
+        self.span = span
+        self.per_key = per_key
+        self.per_rule_node = per_rule_node
+        self._keys: dict[tuple[Any, ...], _Slot] = {}
+        self._rule_node_keys: dict[tuple[str, str | None, bool | None], list[tuple[Any, ...]]] = (
+            defaultdict(list)
+        )
+        self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
+        self._dedupe_memory = dedupe_memory
+        self.events: list[Event] = []
+        self.seq = 0
+        self.total = 0
+
+    def _in_window(self, when: datetime | None) -> bool | None:
+        if when is None:
+            return None
+        start, end = self.window
+        if start is not None and when < start:
+            return False
+        return not (end is not None and when > end)
+
+    def add(self, event: Event) -> None:
+        """Add one event (folding repeats)."""
+        self.total += 1
+        event.in_window = self._in_window(event.time)
+        event.during_job = during(event.time, self.span)
+        if event.time is not None and event.stream in (Stream.KERNEL, Stream.SYSLOG):
+            # the same kernel line often reaches both kern.log and syslog
+            dkey = (event.node, event.rule, event.time.replace(microsecond=0), event.text)
+            other = (event.stream,)
+            seen_key = (*dkey, other)
+            for stream in (Stream.KERNEL, Stream.SYSLOG):
+                if stream is not event.stream and (*dkey, (stream,)) in self._seen:
+                    return
+            self._seen[seen_key] = None
+            if len(self._seen) > self._dedupe_memory:
+                self._seen.popitem(last=False)
+        group = self._group_by.get(event.rule)
+        names = group if group is not None else sorted(event.fields)
+        ident = tuple(_hashable(event.fields.get(n)) for n in names)
+        key = (event.rule, event.node, event.rank, event.in_window, ident)
+        slot = self._keys.get(key)
+        rn_key = (event.rule, event.node, event.in_window)
+        if slot is None:
+            keys = self._rule_node_keys[rn_key]
+            if len(keys) >= self.per_rule_node:
+                self._fold(self._keys[keys[-1]].events[-1], event)
+                return
+            slot = _Slot()
+            self._keys[key] = slot
+            keys.append(key)
+        if len(slot.events) >= self.per_key:
+            self._fold(slot.events[-1], event)
+            return
+        event.seq = self.seq
+        self.seq += 1
+        slot.events.append(event)
+        self.events.append(event)
+
+    @staticmethod
+    def _fold(into: Event, event: Event) -> None:
+        into.count += event.count
+        if event.time is not None and (into.last_time is None or event.time > into.last_time):
+            into.last_time = event.time
+
+    def extend(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.add(event)
+
+
+def during(when: datetime | None, span: tuple[datetime | None, datetime | None]) -> bool | None:
+    """Is ``when`` inside the job's own [start, end]? ``None`` when either side is unknown."""
+    start, end = span
+    if when is None or start is None or end is None:
+        return None
+    return start <= when <= end
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list | dict | set):
+        return repr(value)
+    return value
+
+
+def iter_with_following(
+    lines: Iterable[LogLine], lookahead: int
+) -> Iterator[tuple[LogLine, list[LogLine]]]:
+    """Yield each line with up to ``lookahead`` following lines of the same source file."""
+    if lookahead <= 0:
+        for line in lines:
+            yield line, []
+        return
+    buffer: list[LogLine] = []
+    for line in lines:
+        buffer.append(line)
+        if len(buffer) > lookahead:
+            head = buffer.pop(0)
+            yield head, [f for f in buffer if f.source.path == head.source.path]
+    while buffer:
+        head = buffer.pop(0)
+        yield head, [f for f in buffer if f.source.path == head.source.path]

@@ -1,0 +1,201 @@
+"""Whole-ruleset checks, each a small named check that returns issues with file:line.
+
+Checks: ``id-matches-filename``, ``kind-matches-directory``, ``event-known``,
+``finding-known``, ``examples-required``, ``replaced-by-known``,
+``template-fields``. ``sattr rules lint`` and the test suite run the same list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from attribution.errors import Location
+from attribution.model import RuleStatus
+from attribution.rules.loader import RuleSet
+from attribution.rules.schema import (
+    CorrelationRule,
+    DiagnosisRule,
+    EventCondition,
+    ExtractorRule,
+    FindingCondition,
+    Rule,
+    Selector,
+)
+from attribution.rules.template import placeholders
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One lint finding: the check's name, where, what, and whether it fails the build."""
+
+    check: str
+    location: Location
+    message: str
+    error: bool = True
+
+    def __str__(self) -> str:
+        level = "error" if self.error else "warning"
+        return f"{self.location}: {level}: {self.message} [{self.check}]"
+
+
+_DIRS = {"extract": "extractor", "correlate": "correlation", "diagnose": "diagnosis"}
+
+
+def _loc(ruleset: RuleSet, rule: Rule, *path: str | int) -> Location:
+    source = ruleset.sources.get(rule.id)
+    if source is None:
+        return Location(rule.id)
+    return Location(source.path, source.lines.line_for(list(path)))
+
+
+def _selectors(rule: Rule) -> Iterator[tuple[Selector, tuple[str | int, ...]]]:
+    if isinstance(rule, CorrelationRule):
+        for i, s in enumerate(rule.symptoms):
+            yield s, ("symptoms", i)
+        for i, s in enumerate(rule.roots):
+            yield s, ("roots", i)
+        for name in ("cause", "effect", "select"):
+            sel = getattr(rule, name)
+            if sel is not None:
+                yield sel, (name,)
+    elif isinstance(rule, DiagnosisRule):
+        for part in ("all", "any", "none"):
+            for i, cond in enumerate(getattr(rule.when, part)):
+                if isinstance(cond, EventCondition):
+                    yield cond, ("when", part, i)
+
+
+def check_ids(ruleset: RuleSet) -> list[Issue]:
+    issues = []
+    for rule in ruleset.all_rules():
+        source = ruleset.sources.get(rule.id)
+        if source is None:
+            continue
+        path = Path(source.path)
+        if path.stem != rule.id:
+            issues.append(
+                Issue(
+                    "id-matches-filename",
+                    _loc(ruleset, rule, "id"),
+                    f"id {rule.id!r} but file is {path.name}",
+                )
+            )
+        for part in path.parts:
+            if part in _DIRS and _DIRS[part] != rule.kind:
+                issues.append(
+                    Issue(
+                        "kind-matches-directory",
+                        _loc(ruleset, rule, "kind"),
+                        f"a {rule.kind} rule in the {part}/ directory",
+                    )
+                )
+    return issues
+
+
+def check_references(ruleset: RuleSet) -> list[Issue]:
+    emitted = {ex.rule.emit.event for ex in ruleset.extractors}
+    produced = {r.finding for r in ruleset.correlations if r.finding}
+    issues = []
+    for rule in ruleset.all_rules():
+        for selector, path in _selectors(rule):
+            for name in selector.event:
+                if name not in emitted:
+                    issues.append(
+                        Issue(
+                            "event-known",
+                            _loc(ruleset, rule, *path, "event"),
+                            f"no extractor emits event {name!r}",
+                        )
+                    )
+        if isinstance(rule, DiagnosisRule):
+            for part in ("all", "any", "none"):
+                for i, cond in enumerate(getattr(rule.when, part)):
+                    if isinstance(cond, FindingCondition) and cond.finding not in produced:
+                        issues.append(
+                            Issue(
+                                "finding-known",
+                                _loc(ruleset, rule, "when", part, i, "finding"),
+                                f"no correlation rule produces finding {cond.finding!r}",
+                            )
+                        )
+        if rule.replaced_by and ruleset.rule(rule.replaced_by) is None:
+            issues.append(
+                Issue(
+                    "replaced-by-known",
+                    _loc(ruleset, rule, "replaced_by"),
+                    f"replaced_by names unknown rule {rule.replaced_by!r}",
+                )
+            )
+    return issues
+
+
+def check_examples(ruleset: RuleSet) -> list[Issue]:
+    issues = []
+    for rule in ruleset.all_rules():
+        if rule.status not in (RuleStatus.TEST, RuleStatus.STABLE):
+            continue
+        ex = rule.examples
+        if not ex.match or not ex.no_match:
+            issues.append(
+                Issue(
+                    "examples-required",
+                    _loc(ruleset, rule, "status"),
+                    f"a {rule.status.value} rule needs at least one match and one no_match example",
+                )
+            )
+    return issues
+
+
+_TEMPLATE_BASE = {
+    "node",
+    "nodes",
+    "node_count",
+    "count",
+    "rank",
+    "device",
+    "job_id",
+    "state",
+    "exit_code",
+    "user",
+    "finding",
+    "host",
+}
+
+
+def check_templates(ruleset: RuleSet) -> list[Issue]:
+    """Placeholders in an extractor label must name one of its fields (warning only)."""
+    issues = []
+    for ex in ruleset.extractors:
+        rule: ExtractorRule = ex.rule
+        known = set(ex.fields) | _TEMPLATE_BASE
+        if rule.emit.lookup is not None and rule.emit.lookup.table in ruleset.tables:
+            table = ruleset.tables[rule.emit.lookup.table]
+            known |= {rule.emit.lookup.prefix + c for c in table.columns}
+        for name in placeholders(rule.emit.label):
+            if name not in known:
+                issues.append(
+                    Issue(
+                        "template-fields",
+                        _loc(ruleset, rule, "emit", "label"),
+                        f"label uses {{{name}}}, which is not a field of this event",
+                    )
+                )
+    return issues
+
+
+CHECKS: dict[str, Callable[[RuleSet], list[Issue]]] = {
+    "ids": check_ids,
+    "references": check_references,
+    "examples": check_examples,
+    "templates": check_templates,
+}
+
+
+def lint(ruleset: RuleSet) -> list[Issue]:
+    """Every check over the whole ruleset, sorted by location."""
+    issues: list[Issue] = []
+    for check in CHECKS.values():
+        issues.extend(check(ruleset))
+    return sorted(issues, key=lambda i: (i.location.path, i.location.line, i.check))

@@ -1,0 +1,476 @@
+"""pydantic models for rule files (extractor, correlation, diagnosis) and data tables.
+
+Every model forbids unknown keys. The vocabularies are closed: a field
+condition is a scalar (equals) or one of ``in``, ``not_in``, ``gte``, ``lte``,
+``gt``, ``lt``, ``contains``, ``matches``, ``exists``; correlation has five
+named operators. Nothing here is ever evaluated as code. The format is
+documented, with one example per kind, in ``rules/README.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from attribution.model import (
+    STREAM_GROUPS,
+    EventRole,
+    RuleStatus,
+    Severity,
+    Stream,
+    SubDomain,
+    TerminalState,
+)
+from attribution.timeutil import parse_duration
+
+SCHEMA_VERSION = 1
+ID_PATTERN = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
+EVENT_PATTERN = r"^[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+$"
+FIELD_PATTERN = r"^[a-z][a-z0-9_]*$"
+RESERVED_FIELDS = frozenset({"node", "time", "stream", "line", "rule", "event", "count"})
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+Scalar = str | bool | int | float
+
+
+class Ops(Strict):
+    """The closed set of field operators; more than one means all must hold."""
+
+    in_: list[Scalar] | None = Field(default=None, alias="in")
+    not_in: list[Scalar] | None = None
+    gte: float | None = None
+    lte: float | None = None
+    gt: float | None = None
+    lt: float | None = None
+    contains: str | None = None
+    matches: str | None = None
+    exists: bool | None = None
+    ignore_case: bool = False
+
+    @field_validator("matches")
+    @classmethod
+    def _regex_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"invalid regex: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Ops:
+        used = [
+            name
+            for name in ("in_", "not_in", "gte", "lte", "gt", "lt", "contains", "matches", "exists")
+            if getattr(self, name) is not None
+        ]
+        if not used:
+            raise ValueError("a condition needs at least one operator")
+        return self
+
+
+Condition = Scalar | Ops
+
+
+def _as_list(value: Any) -> Any:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else value
+
+
+class FieldSpec(Strict):
+    """How one event field is filled: from a regex group (or the first of several that
+    matched), or from a constant value."""
+
+    group: str | list[str] | None = None
+    value: Scalar | None = None
+    type: Literal["str", "int", "float", "hex", "lower", "upper"] = "str"
+    default: Scalar | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> FieldSpec:
+        if (self.group is None) == (self.value is None):
+            raise ValueError("a field needs exactly one of 'group' or 'value'")
+        return self
+
+
+class Lookup(Strict):
+    """Merge a row of a data table into the event (``prefix`` + column name)."""
+
+    table: str
+    key: str
+    prefix: str = ""
+    role_from: str | None = None  # a column whose value overrides the event role
+    severity_from: str | None = None
+
+
+class Match(Strict):
+    """The extractor's matcher.
+
+    ``contains``: literal strings, at least one of which must occur in the line
+    (a cheap pre-filter run before the regex). ``regex``: Python ``re`` with
+    named groups only, applied with ``search`` to the message after prefix
+    stripping. ``continuation``: join this many following lines before matching
+    (for messages the producer splits over several lines).
+    """
+
+    contains: list[str]
+    regex: str
+    ignore_case: bool = False
+    continuation: int = Field(default=0, ge=0, le=40)
+
+    normalise_contains = field_validator("contains", mode="before")(_as_list)
+
+    @field_validator("contains")
+    @classmethod
+    def _literals(cls, value: list[str]) -> list[str]:
+        if not value or any(not s for s in value):
+            raise ValueError("contains needs at least one non-empty literal")
+        return value
+
+
+class Emit(Strict):
+    """What an extractor produces for a matching line."""
+
+    event: Annotated[str, Field(pattern=EVENT_PATTERN)]
+    role: EventRole
+    label: str
+    fields: dict[Annotated[str, Field(pattern=FIELD_PATTERN)], FieldSpec | str] = {}
+    lookup: Lookup | None = None
+    node: str | None = None  # template: a node the line names (overrides the file's node)
+    rank: str | None = None  # a field holding the global rank
+    device: str | None = None  # template, e.g. "{pci}"
+    component: str | None = None  # gpu, nvswitch, hca, pcie, cpu, memory, ...
+    time_field: str | None = None  # a field holding the event's own ISO time (Slurm messages)
+    group_by: list[str] | None = None  # fields that keep events apart when folding repeats
+    fallback: bool = False  # dropped when a non-fallback extractor matched the same line
+
+    @field_validator("fields")
+    @classmethod
+    def _no_reserved(cls, value: dict[str, FieldSpec | str]) -> dict[str, FieldSpec | str]:
+        clash = sorted(set(value) & RESERVED_FIELDS)
+        if clash:
+            raise ValueError(f"reserved field names: {', '.join(clash)}")
+        return value
+
+    def field_specs(self) -> dict[str, FieldSpec]:
+        """Every field as a ``FieldSpec`` (a bare string is shorthand for ``{group: name}``)."""
+        return {
+            name: spec if isinstance(spec, FieldSpec) else FieldSpec(group=spec)
+            for name, spec in self.fields.items()
+        }
+
+
+class LineExample(Strict):
+    """An inline example line and, for ``match``, the fields it must yield."""
+
+    line: str
+    stream: Stream | None = None
+    fields: dict[str, Scalar | None] = {}
+    reason: str | None = None  # for todo examples
+
+
+class LineExamples(Strict):
+    match: list[LineExample] = []
+    no_match: list[LineExample | str] = []
+    todo: list[LineExample] = []
+
+
+class Header(Strict):
+    """Keys every rule file has."""
+
+    schema_: Literal[1] = Field(alias="schema")
+    id: Annotated[str, Field(pattern=ID_PATTERN, max_length=64)]
+    version: int = Field(ge=1)
+    title: Annotated[str, Field(min_length=3, max_length=120)]
+    description: Annotated[str, Field(min_length=10)]
+    status: RuleStatus = RuleStatus.EXPERIMENTAL
+    severity: Literal["info", "warning", "error", "critical"] = "warning"
+    tags: list[str] = []
+    references: list[str] = []
+    replaced_by: str | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.id}@{self.version}"
+
+    @property
+    def severity_level(self) -> Severity:
+        return Severity[self.severity.upper()]
+
+
+class ExtractorRule(Header):
+    """One log signature: stream(s) + pre-filter + regex -> one typed event."""
+
+    kind: Literal["extractor"]
+    streams: list[str]
+    match: Match
+    emit: Emit
+    examples: LineExamples = LineExamples()
+
+    normalise_streams = field_validator("streams", mode="before")(_as_list)
+
+    @field_validator("streams")
+    @classmethod
+    def _known_streams(cls, value: list[str]) -> list[str]:
+        known = {s.value for s in Stream} | set(STREAM_GROUPS)
+        bad = [s for s in value if s not in known]
+        if bad or not value:
+            raise ValueError(
+                f"unknown stream(s) {bad}; use {sorted(known)}" if bad else "streams is empty"
+            )
+        return value
+
+    def stream_set(self) -> frozenset[Stream]:
+        out: set[Stream] = set()
+        for name in self.streams:
+            out.update(STREAM_GROUPS.get(name) or (Stream(name),))
+        return frozenset(out)
+
+
+# --------------------------------------------------------------------- selectors
+
+
+class Selector(Strict):
+    """Which events a correlation or diagnosis condition is about."""
+
+    event: list[Annotated[str, Field(pattern=EVENT_PATTERN)]]
+    where: dict[str, Condition] = {}
+    roles: list[EventRole] = []  # restrict to these base roles (empty: any)
+    include_demoted: bool = False
+    during_job: bool = False  # only events timed between the job's start and end (no margins)
+
+    normalise_event = field_validator("event", mode="before")(_as_list)
+
+
+class EventCondition(Selector):
+    """A selector plus how many matching events/nodes are needed."""
+
+    min_count: int = Field(default=1, ge=1)
+    min_nodes: int = Field(default=1, ge=1)
+    max_nodes: int | None = Field(default=None, ge=1)
+
+
+class FindingCondition(Strict):
+    """Requires (or, under ``none``, forbids) a correlation finding."""
+
+    finding: Annotated[str, Field(pattern=ID_PATTERN)]
+    where: dict[str, Condition] = {}
+
+
+AnyCondition = Annotated[EventCondition | FindingCondition, Field(union_mode="left_to_right")]
+
+
+class JobConditions(Strict):
+    """Conditions on the Slurm job record (see ``docs/rules.md`` for each field)."""
+
+    state: Condition | None = None
+    exit_status: Condition | None = None
+    exit_signal: Condition | None = None
+    derived_status: Condition | None = None
+    derived_signal: Condition | None = None
+    num_nodes: Condition | None = None
+    duration: Condition | None = None  # seconds
+    cancelled_by_owner: bool | None = None
+    reason: Condition | None = None
+
+
+class When(Strict):
+    """``all`` must hold, at least one of ``any``, none of ``none``; ``also`` is optional
+    supporting evidence that joins the root of the chain when present."""
+
+    all: list[AnyCondition] = []
+    any: list[AnyCondition] = []
+    none: list[AnyCondition] = []
+    also: list[EventCondition] = []
+    job: JobConditions | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> When:
+        if not (self.all or self.any or self.job):
+            raise ValueError("'when' needs at least one of all, any or job")
+        return self
+
+
+# --------------------------------------------------------------------- scenario examples
+
+
+class ScenarioEvent(BaseModel):
+    """An event in a correlation/diagnosis example: ``at`` (e.g. ``+30s``), node, event, fields."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    event: Annotated[str, Field(pattern=EVENT_PATTERN)]
+    node: str | None = None
+    at: str | None = None
+    role: EventRole | None = None
+    rank: int | None = None
+    count: int = 1
+    stream: Stream | None = None
+
+    @field_validator("at")
+    @classmethod
+    def _offset(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_duration(value.lstrip("+"))
+        return value
+
+
+class ScenarioExpect(Strict):
+    finding: str | None = None
+    nodes: list[str] | None = None
+    demoted: list[int] | None = None  # indexes into events
+    context: list[int] | None = None
+    responsible: list[str] | None = None
+    sub_domain: SubDomain | None = None
+    terminal_state: TerminalState | None = None
+    summary_contains: str | None = None
+
+
+class Scenario(Strict):
+    name: str
+    job: dict[str, Any] = {}
+    events: list[ScenarioEvent]
+    expect: ScenarioExpect = ScenarioExpect()
+    reason: str | None = None
+
+
+class ScenarioExamples(Strict):
+    match: list[Scenario] = []
+    no_match: list[Scenario] = []
+    todo: list[Scenario] = []
+
+
+# --------------------------------------------------------------------- correlation
+
+
+class CorrelationRule(Header):
+    """Events across nodes and time -> findings and role changes (closed operator set).
+
+    Operators:
+      suppress  - ``symptoms`` become downstream when a candidate root exists
+                  (``roots``, default: any root/either event not itself a symptom).
+      sequence  - ``cause`` then ``effect`` within ``within`` on ``nodes``
+                  same/other/any; ``mark`` changes roles; may produce a finding.
+      vote      - reporters of ``event`` name a peer in ``field``; the peer named
+                  by at least ``min_voters`` distinct reporters is the suspect.
+      straggler - watchdog progress counters: ranks whose last enqueued work is
+                  below the failing sequence number never issued the collective.
+      outlier   - ``event`` seen on at most ``max_nodes`` of a job with at least
+                  ``min_job_nodes`` nodes: those nodes stand out.
+    """
+
+    kind: Literal["correlation"]
+    op: Literal["suppress", "sequence", "vote", "straggler", "outlier"]
+    # suppress
+    symptoms: list[Selector] = []
+    roots: list[Selector] = []
+    scope: Literal["job", "node"] = "job"
+    # sequence
+    cause: Selector | None = None
+    effect: Selector | None = None
+    within: float | None = None  # seconds
+    nodes: Literal["same", "other", "any"] = "any"
+    order: Literal["after", "before", "any"] = "after"
+    mark: dict[Literal["cause", "effect"], Literal["root", "downstream", "context"]] = {}
+    # vote / straggler / outlier
+    select: Selector | None = None
+    field: str | None = None
+    min_voters: int = Field(default=2, ge=1)
+    max_nodes: int = Field(default=1, ge=1)
+    min_job_nodes: int = Field(default=2, ge=2)
+    # result
+    finding: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
+    summary: str | None = None
+    examples: ScenarioExamples = ScenarioExamples()
+
+    @field_validator("within", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _operands(self) -> CorrelationRule:
+        need: dict[str, list[str]] = {
+            "suppress": ["symptoms"],
+            "sequence": ["cause", "effect"],
+            "vote": ["select", "field", "finding"],
+            "straggler": ["select", "finding"],
+            "outlier": ["select", "finding"],
+        }
+        missing = [name for name in need[self.op] if not getattr(self, name)]
+        if missing:
+            raise ValueError(f"op {self.op!r} needs: {', '.join(missing)}")
+        return self
+
+
+# --------------------------------------------------------------------- diagnosis
+
+
+class DiagnosisRule(Header):
+    """Events/findings/job conditions -> one candidate cause with a rank."""
+
+    kind: Literal["diagnosis"]
+    priority: int = Field(ge=0, le=1000)
+    sub_domain: SubDomain
+    terminal_state: TerminalState = TerminalState.FAIL
+    when: When
+    blame: Literal["anchor", "none", "job_nodes"] = "anchor"
+    component: str | None = None
+    device: str | None = None  # template
+    summary: str
+    action: str | None = None
+    examples: ScenarioExamples = ScenarioExamples()
+
+    @field_validator("sub_domain")
+    @classmethod
+    def _not_none(cls, value: SubDomain) -> SubDomain:
+        if value is SubDomain.NONE:
+            raise ValueError("'none' is reserved for jobs that passed")
+        return value
+
+
+Rule = ExtractorRule | CorrelationRule | DiagnosisRule
+
+
+class Table(Strict):
+    """A data table (e.g. every NVIDIA XID code) that extractors look rows up in."""
+
+    schema_: Literal[1] = Field(alias="schema")
+    table: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+    key: str
+    version: int = Field(ge=1)
+    title: str
+    description: str
+    references: list[str] = []
+    columns: dict[str, str]  # column -> meaning
+    rows: list[dict[str, Any]]
+
+    @model_validator(mode="after")
+    def _rows_valid(self) -> Table:
+        allowed = set(self.columns) | {self.key}
+        seen: set[Any] = set()
+        for index, row in enumerate(self.rows):
+            if self.key not in row:
+                raise ValueError(f"row {index} has no {self.key!r}")
+            extra = set(row) - allowed
+            if extra:
+                raise ValueError(f"row {index} has unknown columns {sorted(extra)}")
+            if row[self.key] in seen:
+                raise ValueError(f"row {index}: duplicate key {row[self.key]!r}")
+            seen.add(row[self.key])
+        return self
+
+    def index(self) -> dict[str, dict[str, Any]]:
+        return {str(row[self.key]): row for row in self.rows}

@@ -1,0 +1,272 @@
+"""The verdict store: SQLite through sqlite-utils, schema managed by ``sqlite_utils.Migrations``.
+
+Tables (docs/store.md): ``verdicts`` (one row per job run, keyed by SLUID or
+``<cluster>_<jobid>_<restart>``, upserted), ``symptoms`` (the chain, one row
+per entry), ``responsible`` (one row per blamed node/device) and ``coverage``
+(one row per source). The full verdict JSON is kept in ``verdicts.verdict``
+so that nothing is lost, but every field operators filter on has a column.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database, Migrations
+
+from attribution.errors import Location, StoreError
+from attribution.model import Verdict, to_jsonable, verdict_to_dict
+
+migrations = Migrations("attribution")
+
+
+@migrations()
+def m001_initial(db: Database) -> None:
+    db.table("verdicts").create(
+        {
+            "key": str,
+            "cluster": str,
+            "job_id": str,
+            "display_id": str,
+            "array_job_id": str,
+            "array_task_id": str,
+            "sluid": str,
+            "restart_count": int,
+            "user": str,
+            "uid": int,
+            "name": str,
+            "partition": str,
+            "state": str,
+            "exit_code": str,
+            "nodelist": str,
+            "start": str,
+            "end": str,
+            "terminal_state": str,
+            "sub_domain": str,
+            "cause_id": str,
+            "cause_rule": str,
+            "summary": str,
+            "action": str,
+            "responsible_nodes": str,
+            "ruleset_version": str,
+            "engine_version": str,
+            "diagnosed_at": str,
+            "admin_comment_status": str,
+            "verdict": str,
+        },
+        pk="key",
+    )
+    db.table("symptoms").create(
+        {
+            "key": str,
+            "position": int,
+            "role": str,
+            "event": str,
+            "symptom": str,
+            "count": int,
+            "node_count": int,
+            "nodes": str,
+            "first_at": str,
+            "last_at": str,
+            "stream": str,
+            "example": str,
+            "source": str,
+            "rule": str,
+        },
+        pk=("key", "position"),
+        foreign_keys=[("key", "verdicts", "key")],
+    )
+    db.table("responsible").create(
+        {"key": str, "node": str, "component": str, "device": str},
+        foreign_keys=[("key", "verdicts", "key")],
+    )
+    db.table("coverage").create(
+        {
+            "key": str,
+            "stream": str,
+            "node": str,
+            "status": str,
+            "files": str,
+            "bytes": int,
+            "lines": int,
+            "untimed": int,
+            "outside_window": int,
+            "reason": str,
+        },
+        foreign_keys=[("key", "verdicts", "key")],
+    )
+    for table, cols in (
+        ("verdicts", ["job_id"]),
+        ("verdicts", ["user"]),
+        ("verdicts", ["sub_domain"]),
+        ("verdicts", ["end"]),
+        ("symptoms", ["key"]),
+        ("responsible", ["node"]),
+        ("responsible", ["key"]),
+        ("coverage", ["key"]),
+    ):
+        db.table(table).create_index(cols, if_not_exists=True)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return to_jsonable(value) if value is not None else None
+
+
+class Store:
+    """Open (creating and migrating if needed) a verdict database at ``path``.
+
+    Raises:
+        StoreError: when the file cannot be opened or migrated.
+    """
+
+    def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
+        self.path = Path(path)
+        try:
+            if readonly:
+                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+                self.db = Database(conn)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.db = Database(self.path)
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA busy_timeout=10000")
+                migrations.apply(self.db)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(
+                f"cannot open verdict store: {exc}", Location(str(self.path))
+            ) from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def save(self, verdict: Verdict, *, admin_comment_status: str | None = None) -> str:
+        """Insert or replace the verdict of one job run; returns its key."""
+        job = verdict.job
+        key = job.key
+        body = verdict_to_dict(verdict)
+        row = {
+            "key": key,
+            "cluster": job.cluster,
+            "job_id": job.job_id,
+            "display_id": job.display_id,
+            "array_job_id": job.array_job_id,
+            "array_task_id": job.array_task_id,
+            "sluid": job.sluid,
+            "restart_count": job.restart_count,
+            "user": job.user,
+            "uid": job.uid,
+            "name": job.name,
+            "partition": job.partition,
+            "state": job.state,
+            "exit_code": job.exit_code,
+            "nodelist": job.nodelist,
+            "start": _iso(job.start),
+            "end": _iso(job.end),
+            "terminal_state": verdict.terminal_state.value,
+            "sub_domain": verdict.sub_domain.value,
+            "cause_id": verdict.cause.id if verdict.cause else None,
+            "cause_rule": verdict.cause.rule if verdict.cause else None,
+            "summary": verdict.summary,
+            "action": verdict.action,
+            "responsible_nodes": ",".join(dict.fromkeys(r.node for r in verdict.responsible)),
+            "ruleset_version": verdict.ruleset.get("version"),
+            "engine_version": verdict.engine_version,
+            "diagnosed_at": _iso(verdict.diagnosed_at),
+            "admin_comment_status": admin_comment_status,
+            "verdict": json.dumps(body, sort_keys=True),
+        }
+        try:
+            with self.db.conn:
+                for table in ("symptoms", "responsible", "coverage"):
+                    self.db.execute(f"DELETE FROM {table} WHERE key = ?", [key])
+                self.db.table("verdicts").upsert(row, pk="key")
+                self.db.table("symptoms").insert_all(
+                    (
+                        {
+                            "key": key,
+                            "position": i,
+                            "role": e.role.value,
+                            "event": e.event,
+                            "symptom": e.symptom,
+                            "count": e.count,
+                            "node_count": e.node_count,
+                            "nodes": ",".join(e.nodes),
+                            "first_at": _iso(e.first_at),
+                            "last_at": _iso(e.last_at),
+                            "stream": e.stream,
+                            "example": e.example,
+                            "source": e.source,
+                            "rule": e.rule,
+                        }
+                        for i, e in enumerate(verdict.symptom_chain)
+                    )
+                )
+                self.db.table("responsible").insert_all(
+                    {"key": key, "node": r.node, "component": r.component, "device": r.device}
+                    for r in verdict.responsible
+                )
+                self.db.table("coverage").insert_all(
+                    {
+                        "key": key,
+                        "stream": c.stream.value,
+                        "node": c.node,
+                        "status": c.status.value,
+                        "files": ",".join(c.files),
+                        "bytes": c.bytes,
+                        "lines": c.lines,
+                        "untimed": c.untimed,
+                        "outside_window": c.outside_window,
+                        "reason": c.reason,
+                    }
+                    for c in verdict.coverage
+                )
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"cannot save verdict {key}: {exc}", Location(str(self.path))
+            ) from None
+        return key
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The stored verdict JSON for a key, or ``None``."""
+        for row in self.db.query("SELECT verdict FROM verdicts WHERE key = ?", [key]):
+            data: dict[str, Any] = json.loads(row["verdict"])
+            return data
+        return None
+
+    def find(self, job: str) -> list[dict[str, Any]]:
+        """Verdicts for a job id, an ``A_T`` array task, a SLUID or a key; newest run first."""
+        rows = self.db.query(
+            "SELECT verdict FROM verdicts"
+            " WHERE key = ? OR sluid = ? OR display_id = ? OR job_id = ?"
+            " ORDER BY restart_count DESC, diagnosed_at DESC",
+            [job, job, job, job],
+        )
+        return [json.loads(r["verdict"]) for r in rows]
+
+    def rows(
+        self,
+        where: str = "",
+        params: Sequence[Any] = (),
+        order: str = '"end" DESC',
+        limit: int | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Summary rows of ``verdicts`` (every column but the JSON)."""
+        sql = "SELECT * FROM verdicts"
+        if where:
+            sql += f" WHERE {where}"
+        sql += f" ORDER BY {order}"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        for row in self.db.query(sql, list(params)):
+            row.pop("verdict", None)
+            yield row

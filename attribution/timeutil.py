@@ -1,0 +1,133 @@
+"""Timestamp parsing and normalising: every time leaves this module as an aware UTC datetime.
+
+Log formats that carry no year (syslog short, PyTorch/glog ``MMDD``) get the
+year from a reference time (the job's start); formats without an offset are
+read in the node's timezone (UTC unless the site says otherwise); kernel
+uptime stamps become wall-clock time only through a known boot time.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta, tzinfo
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
+    )
+}
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+@lru_cache(maxsize=64)
+def zone(name: str | None) -> tzinfo:
+    """The tzinfo for an IANA name (``UTC`` when ``name`` is empty or unknown)."""
+    if not name or name.upper() == "UTC":
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return UTC
+
+
+def to_utc(value: datetime, tz: tzinfo = UTC) -> datetime:
+    """Attach ``tz`` to a naive datetime, then convert to UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=tz)
+    return value.astimezone(UTC)
+
+
+def parse_iso(text: str, tz: tzinfo = UTC) -> datetime | None:
+    """Parse ISO 8601 / RFC 3339 (``2024-05-01T10:00:00.123-05:00``, ``... 10:00:00,261``).
+
+    Returns ``None`` instead of raising on anything unparsable.
+    """
+    text = text.strip()
+    if not text:
+        return None
+    candidate = text.replace(",", ".", 1) if "," in text[17:24] else text
+    if candidate.endswith(("Z", "z")):
+        candidate = candidate[:-1] + "+00:00"
+    # "+0500" -> "+05:00" (journal short-iso)
+    if len(candidate) > 5 and candidate[-5] in "+-" and candidate[-4:].isdigit():
+        candidate = candidate[:-2] + ":" + candidate[-2:]
+    try:
+        value = datetime.fromisoformat(candidate)
+    except ValueError:
+        return None
+    return to_utc(value, tz)
+
+
+def parse_epoch(text: str) -> datetime | None:
+    """Parse seconds since the Unix epoch (``1700000000`` or ``1700000000.5``)."""
+    try:
+        return datetime.fromtimestamp(float(text), UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def infer_year(month: int, day: int, reference: datetime | None) -> int:
+    """The year that puts ``month/day`` closest to ``reference`` (handles Dec/Jan).
+
+    Without a reference, the current UTC year is used.
+    """
+    ref = reference or datetime.now(UTC)
+    best_year = ref.year
+    best = None
+    for year in (ref.year - 1, ref.year, ref.year + 1):
+        try:
+            candidate = datetime(year, month, min(day, 28 if month == 2 else day), tzinfo=UTC)
+        except ValueError:
+            continue
+        distance = abs((candidate - ref).total_seconds())
+        if best is None or distance < best:
+            best, best_year = distance, year
+    return best_year
+
+
+def make_time(
+    year: int | None,
+    month: int,
+    day: int,
+    clock: str,
+    tz: tzinfo,
+    reference: datetime | None,
+) -> datetime | None:
+    """Build a UTC time from calendar parts and ``hh:mm:ss[.frac]``; ``None`` if invalid."""
+    try:
+        hh, mm, rest = clock.split(":", 2)
+        if "." in rest:
+            ss, frac = rest.split(".", 1)
+            micro = int((frac + "000000")[:6])
+        else:
+            ss, micro = rest, 0
+        if year is None:
+            year = infer_year(month, day, reference)
+        value = datetime(year, month, day, int(hh), int(mm), int(ss), micro)
+    except ValueError:
+        return None
+    return to_utc(value, tz)
+
+
+def parse_duration(value: str | float | int) -> float:
+    """Seconds from ``90``, ``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` or ``"500ms"``.
+
+    Raises:
+        ValueError: for anything else.
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"not a duration: {value!r} (use e.g. 90, 90s, 15m, 2h)")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def boot_time_from(wall: datetime, uptime: float) -> datetime:
+    """The boot time implied by a line that carries both wall-clock time and uptime."""
+    return wall - timedelta(seconds=uptime)
