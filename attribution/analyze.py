@@ -48,7 +48,10 @@ class AnalysisOptions:
     end; node events outside count as context only. ``skew``: seconds of clock
     difference tolerated when ordering events from different nodes.
     ``per_key``/``per_rule_node``: how many distinct events are kept before
-    repeats are folded into counts (memory bound).
+    repeats are folded into counts (memory bound). ``lookback``: seconds before
+    the window in which a *persisting* fault (one that lasts until the node
+    reboots, such as a failed Fabric Manager) still counts, unless the node
+    rebooted in between.
     """
 
     margin_before: float = 300.0
@@ -57,6 +60,7 @@ class AnalysisOptions:
     per_key: int = 3
     per_rule_node: int = 64
     max_chain: int = 40
+    lookback: float = 86400.0
 
 
 def job_window(job: JobRecord, options: AnalysisOptions) -> tuple[datetime | None, datetime | None]:
@@ -124,10 +128,11 @@ def analyze(
     identity = build_identity(job, collector.events)
     events = [e for e in collector.events if not e.name.startswith("identity.")]
     for event in events:
-        if event.node is None and event.rank is not None:
-            event.node = identity.rank_node.get(event.rank)
+        if event.node is None:
+            event.node = identity.node_of(event)
         if event.node is None and len(job.nodes) == 1:
             event.node = job.nodes[0]
+    _carry_persisting(events, job, options)
     active = [e for e in events if e.in_window is not False]
     ignored = [e for e in events if e.in_window is False]
     findings = correlate(ruleset.correlations, active, job, identity, skew=options.skew)
@@ -139,6 +144,27 @@ def analyze(
     )
     cov = list(coverage() if callable(coverage) else coverage)
     return _verdict(job, ruleset, options, outcome, passed, active, ignored, cov, diagnosed_at)
+
+
+def _carry_persisting(events: list[Event], job: JobRecord, options: AnalysisOptions) -> None:
+    """Bring persisting faults from before the window in, unless their node rebooted since."""
+    start = job.start
+    if start is None:
+        return
+    boots: dict[str | None, list[datetime]] = defaultdict(list)
+    for e in events:
+        if e.name == "kernel.boot" and e.time is not None:
+            boots[e.node].append(e.time)
+    earliest = start - timedelta(seconds=options.lookback)
+    for e in events:
+        if not e.persists or e.in_window is not False or e.time is None:
+            continue
+        if not earliest <= e.time < start:
+            continue
+        if any(e.time < b <= start for b in boots.get(e.node, ())):
+            continue
+        e.in_window = True
+        e.note = "logged before the job started; the state lasts until the node reboots"
 
 
 # --------------------------------------------------------------------- verdict assembly
@@ -259,11 +285,11 @@ def _roles(active: list[Event], outcome: Outcome, skew: float) -> dict[int, Chai
             roles[id(e)] = ChainRole.CONTEXT if e.role is EventRole.CONTEXT else ChainRole.ROOT
         elif e.context_by or e.role is EventRole.CONTEXT:
             roles[id(e)] = ChainRole.CONTEXT
+        elif root_time and e.time and (root_time - e.time).total_seconds() > skew:
+            roles[id(e)] = ChainRole.CONTEXT  # clearly before the root: cannot be its effect
         elif e.demoted_by or e.role is EventRole.SYMPTOM:
             roles[id(e)] = ChainRole.DOWNSTREAM
-        elif winner is None or (
-            root_time and e.time and (root_time - e.time).total_seconds() > skew
-        ):
+        elif winner is None:
             roles[id(e)] = ChainRole.CONTEXT
         else:
             roles[id(e)] = ChainRole.DOWNSTREAM
@@ -327,7 +353,7 @@ def _group(
                 example=first.text,
                 source=str(first.source),
                 rule=first.rule,
-                note=note,
+                note=note or first.note,
             )
         )
     return out

@@ -265,6 +265,7 @@ class LogLine:
     rank: int | None = None
     pid: int | None = None
     device: str | None = None
+    task: int | None = None
 
 
 @dataclass(slots=True)
@@ -291,6 +292,7 @@ class Event:
     rank: int | None = None
     device: str | None = None
     component: str | None = None
+    task: int | None = None  # Slurm task id (srun --label), when the line carried one
     in_window: bool | None = None  # None: untimed
     during_job: bool | None = None  # inside [start, end] exactly; None: untimed or no times
     demoted_by: str | None = None
@@ -298,6 +300,8 @@ class Event:
     seq: int = 0  # stable order of extraction
     count: int = 1  # identical repeats folded into this event
     last_time: datetime | None = None  # time of the last folded repeat
+    persists: bool = False  # a state that lasts until reboot (e.g. Fabric Manager failed)
+    note: str | None = None  # why the engine treated this event specially
 
     @property
     def timed(self) -> bool:

@@ -25,6 +25,7 @@ class Identity:
     """What the logs tell us about who is who: rank -> node, address -> node."""
 
     rank_node: dict[int, str] = field(default_factory=dict)
+    task_node: dict[int, str] = field(default_factory=dict)
     address_node: dict[str, str] = field(default_factory=dict)
     nodes: tuple[str, ...] = ()
 
@@ -58,6 +59,36 @@ class Identity:
         elif event.name == "identity.address" and event.fields.get("ip"):
             self.address_node.setdefault(str(event.fields["ip"]), node)
 
+    def learn_tasks(self, event: Event) -> None:
+        """srun names the node of a task range ("srun: error: node7: tasks 8-15: ...")."""
+        tasks = event.fields.get("tasks")
+        if not tasks or not event.node:
+            return
+        for task in expand_ranges(str(tasks)):
+            self.task_node.setdefault(task, event.node)
+
+    def node_of(self, event: Event) -> str | None:
+        """The node an event with no node of its own came from, by rank or task id."""
+        if event.rank is not None and event.rank in self.rank_node:
+            return self.rank_node[event.rank]
+        if event.task is not None:
+            return self.task_node.get(event.task)
+        return None
+
+
+def expand_ranges(text: str, limit: int = 100_000) -> list[int]:
+    """``"0,4-7"`` -> ``[0, 4, 5, 6, 7]`` (at most ``limit`` numbers; junk is skipped)."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            continue
+        first, last = int(lo), int(hi) if hi else int(lo)
+        out.extend(range(first, min(last, first + limit) + 1))
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
 
 def build_identity(job: JobRecord, events: Iterable[Event]) -> Identity:
     identity = Identity(nodes=job.nodes)
@@ -67,6 +98,11 @@ def build_identity(job: JobRecord, events: Iterable[Event]) -> Identity:
     for event in events:
         if event.name.startswith("identity."):
             identity.learn(event)
+        elif "tasks" in event.fields:
+            identity.learn_tasks(event)
+        if event.task is not None and event.node and event.stream.value.startswith("job"):
+            # a line carrying both an srun task label and its own host (NCCL prefix)
+            identity.task_node.setdefault(event.task, event.node)
     return identity
 
 

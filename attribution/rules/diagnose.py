@@ -190,7 +190,7 @@ def _responsible(
                 Responsible(
                     node=node,
                     component=rule.component or finding.component,
-                    device=device or finding.device,
+                    device=device or None,
                 ),
             )
         return tuple(out.values())

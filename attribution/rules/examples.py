@@ -140,6 +140,7 @@ def line_events(
             rank=p.rank,
             pid=p.pid,
             device=p.device,
+            task=p.task,
         )
         for i, raw in enumerate(lines)
     ]

@@ -180,7 +180,9 @@ class Extractor:
         if emit.rank and fields.get(emit.rank) is not None:
             with contextlib.suppress(TypeError, ValueError):
                 rank = int(fields[emit.rank])
-        device = render(emit.device, values, unknown="") or None if emit.device else line.device
+        # the NCCL prefix's [n] is a CUDA device index: only meaningful for GPU events
+        line_device = line.device if emit.component == "gpu" else None
+        device = render(emit.device, values, unknown="") or None if emit.device else line_device
         when = line.time
         if when is None and emit.time_field and fields.get(emit.time_field):
             when = parse_iso(str(fields[emit.time_field]), self.tz)
@@ -200,6 +202,8 @@ class Extractor:
             rank=rank,
             device=device,
             component=emit.component,
+            task=line.task,
+            persists=emit.persists,
         )
 
 
@@ -271,7 +275,7 @@ class EventCollector:
         group = self._group_by.get(event.rule)
         names = group if group is not None else sorted(event.fields)
         ident = tuple(_hashable(event.fields.get(n)) for n in names)
-        key = (event.rule, event.node, event.rank, event.in_window, ident)
+        key = (event.rule, event.node, event.rank, event.task, event.in_window, ident)
         slot = self._keys.get(key)
         rn_key = (event.rule, event.node, event.in_window)
         if slot is None:

@@ -150,6 +150,7 @@ class Emit(Strict):
     time_field: str | None = None  # a field holding the event's own ISO time (Slurm messages)
     group_by: list[str] | None = None  # fields that keep events apart when folding repeats
     fallback: bool = False  # dropped when a non-fallback extractor matched the same line
+    persists: bool = False  # a broken state that lasts until the node reboots (see docs/rules.md)
 
     @field_validator("fields")
     @classmethod

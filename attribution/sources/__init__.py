@@ -173,6 +173,7 @@ class SourceReader:
                 rank=p.rank,
                 pid=p.pid,
                 device=p.device,
+                task=p.task,
             )
 
     def coverage(self) -> Coverage:

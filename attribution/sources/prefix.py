@@ -72,7 +72,8 @@ class Prefix:
 
     ``time`` is UTC wall-clock time; ``uptime`` is seconds since boot from a
     kernel stamp (``[12345.678]``); ``host`` is a node name written in the
-    line (syslog host field, NCCL prefix); ``rank`` a global rank or srun task.
+    line (syslog host field, NCCL prefix); ``rank`` the global rank
+    (``[rankN]:``), ``task`` the Slurm task id (srun ``--label``).
     """
 
     text: str
@@ -81,6 +82,7 @@ class Prefix:
     host: str | None = None
     ident: str | None = None
     rank: int | None = None
+    task: int | None = None
     pid: int | None = None
     device: str | None = None
 
@@ -146,8 +148,8 @@ def _peel_one(text: str, out: Prefix, tz: tzinfo, ref: datetime | None) -> int |
             return m.end()
         m = _SRUN_LABEL.match(text)
         if m:
-            if out.rank is None:
-                out.rank = int(m.group("task"))
+            if out.task is None:
+                out.task = int(m.group("task"))
             return m.end()
         return None
     if first in "IWEF":
