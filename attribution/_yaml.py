@@ -66,7 +66,10 @@ def load_yaml(text: str, path: str, *, error: type[RuleError] = YamlError) -> tu
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 0
-        raise error(f"invalid YAML: {exc.problem or exc}", Location(path, line)) from None
+        detail = exc.problem or str(exc)
+        if exc.context and exc.context_mark is not None and exc.context_mark is not mark:
+            detail += f" ({exc.context} on line {exc.context_mark.line + 1})"
+        raise error(f"invalid YAML: {detail}", Location(path, line)) from None
     except yaml.YAMLError as exc:
         raise error(f"invalid YAML: {exc}", Location(path, 0)) from None
     finally:

@@ -155,6 +155,8 @@ def chain_table(verdict: Verdict, *, verbose: bool = False) -> Table:
         if entry.node_count > 1:
             nodes += f" ({entry.node_count})"
         symptom = Text(entry.symptom)
+        if entry.note:
+            symptom.append(f" ({entry.note})", style="italic")
         if verbose or entry.role is ChainRole.ROOT:
             symptom.append(f"\n  {entry.example[:200]}", style="dim")
             symptom.append(f"\n  {entry.source}", style="dim italic")

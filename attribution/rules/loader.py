@@ -140,7 +140,10 @@ def parse_rule_text(text: str, path: str) -> tuple[Rule, LineMap]:
     Raises:
         RuleErrors: every problem found, each with ``path:line``.
     """
-    data, lines = load_yaml(text, path)
+    try:
+        data, lines = load_yaml(text, path)
+    except RuleError as exc:
+        raise RuleErrors([exc]) from None
     if not isinstance(data, dict):
         raise RuleErrors([RuleError("a rule file must be a YAML mapping", Location(path, 1))])
     kind = data.get("kind")
@@ -167,7 +170,10 @@ def parse_table_text(text: str, path: str) -> tuple[Table, LineMap]:
     Raises:
         RuleErrors: every problem found, each with ``path:line``.
     """
-    data, lines = load_yaml(text, path)
+    try:
+        data, lines = load_yaml(text, path)
+    except RuleError as exc:
+        raise RuleErrors([exc]) from None
     if not isinstance(data, dict):
         raise RuleErrors([RuleError("a table file must be a YAML mapping", Location(path, 1))])
     try:

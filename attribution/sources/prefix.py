@@ -47,9 +47,10 @@ _FABRICMANAGER = re.compile(
 _BRACKET_ISO = re.compile(r"^\[(?P<ts>" + _ISO + r")\]:?\s?")
 # python logging and other plain ISO-led lines: "2024-05-08 08:47:31,261 - x - INFO - "
 _LEAD_ISO = re.compile(r"^(?P<ts>" + _ISO + r")(?:\s*[|:-]\s*|\s+)")
-# PyTorch c10 / glog: "E1218 20:27:21.426415540 1234 ProcessGroupNCCL.cpp:629] ", often bracketed
+# PyTorch c10 / glog: "E1218 20:27:21.426415540 1234 ProcessGroupNCCL.cpp:629] ", often bracketed;
+# c10 does not zero-pad the month ("E321 02:07:08" is March 21)
 _GLOG = re.compile(
-    r"^\[?(?P<level>[IWEF])(?P<mon>\d{2})(?P<day>\d{2}) (?P<clock>\d{2}:\d{2}:\d{2}(?:\.\d+)?)"
+    r"^\[?(?P<level>[IWEF])(?P<mon>\d{1,2}?)(?P<day>\d{2}) (?P<clock>\d{2}:\d{2}:\d{2}(?:\.\d+)?)"
     r"(?:\s+(?P<thread>\d+))? (?P<file>[\w./-]+):(?P<line>\d+)\]\s?"
 )
 # NeMo logger: "[NeMo W 2024-06-06 15:21:39 nemo_logging:349] "

@@ -1,0 +1,254 @@
+"""analyze(): windows, folding, de-duplication, ranking, ambiguity, terminal states, the verdict's fields."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from attribution.analyze import AnalysisOptions, analyze
+from attribution.jobrecord import job_from_dict
+from attribution.model import (
+    ChainRole,
+    LogLine,
+    SourceRef,
+    Stream,
+    SubDomain,
+    TerminalState,
+    verdict_to_dict,
+)
+from attribution.rules.loader import RuleSet, load_ruleset
+from attribution.sources.prefix import parse_prefix
+
+T0 = datetime(2025, 6, 1, 10, 0, tzinfo=UTC)
+
+
+def job(**kw: object):  # type: ignore[no-untyped-def]
+    data: dict[str, object] = {
+        "job_id": "1",
+        "state": "FAILED",
+        "exit_code": "1:0",
+        "nodes": "n[1-2]",
+        "start": "2025-06-01T10:00:00Z",
+        "end": "2025-06-01T11:00:00Z",
+        "user": "u",
+        "uid": 1000,
+    }
+    data.update(kw)
+    return job_from_dict(data)
+
+
+def lines(stream: Stream, node: str | None, texts: Iterable[str], path: str = "f") -> list[LogLine]:
+    out = []
+    for i, raw in enumerate(texts, 1):
+        p = parse_prefix(raw, reference=T0)
+        out.append(
+            LogLine(
+                stream,
+                node,
+                p.text,
+                raw,
+                SourceRef(path, i),
+                p.time,
+                p.host,
+                p.rank,
+                p.pid,
+                p.device,
+                p.task,
+            )
+        )
+    return out
+
+
+def k(ts: datetime, msg: str) -> str:
+    return f"{ts.strftime('%Y-%m-%dT%H:%M:%S')}+0000 n1 kernel: {msg}"
+
+
+XID79 = (
+    "NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+)
+
+
+def test_event_outside_the_window_is_ignored_not_blamed(ruleset: RuleSet) -> None:
+    ev = lines(Stream.KERNEL, "n1", [k(T0 - timedelta(days=1), XID79)])
+    v = analyze(job(), ev, ruleset)
+    assert v.sub_domain is SubDomain.UNATTRIBUTED
+    assert v.ignored and v.ignored[0].event == "gpu.xid" and v.ignored[0].note
+    inside = analyze(
+        job(), lines(Stream.KERNEL, "n1", [k(T0 + timedelta(minutes=5), XID79)]), ruleset
+    )
+    assert inside.sub_domain is SubDomain.HARDWARE and [r.node for r in inside.responsible] == [
+        "n1"
+    ]
+    margin = analyze(
+        job(), lines(Stream.KERNEL, "n1", [k(T0 - timedelta(minutes=4), XID79)]), ruleset
+    )
+    assert margin.sub_domain is SubDomain.HARDWARE  # inside the default 300 s margin
+    narrow = analyze(
+        job(),
+        lines(Stream.KERNEL, "n1", [k(T0 - timedelta(minutes=4), XID79)]),
+        ruleset,
+        options=AnalysisOptions(margin_before=60),
+    )
+    assert narrow.sub_domain is SubDomain.UNATTRIBUTED
+
+
+def test_repeats_fold_into_one_symptom_with_a_count(ruleset: RuleSet) -> None:
+    texts = [
+        f"n2:{100 + i % 7}:{200 + i % 7} [{i % 8}] NCCL WARN Net : Connection closed by remote peer n1<4242>"
+        for i in range(50_000)
+    ]
+    v = analyze(job(), lines(Stream.JOB_STDOUT, None, texts), ruleset)
+    closed = [e for e in v.symptom_chain if e.event == "nccl.connection_closed"]
+    assert len(closed) == 1 and closed[0].count == 50_000 and closed[0].nodes == ("n2",)
+
+
+def test_the_same_kernel_line_in_kern_log_and_syslog_counts_once(ruleset: RuleSet) -> None:
+    when = T0 + timedelta(minutes=5)
+    kern = lines(Stream.KERNEL, "n1", [k(when, XID79)], "kern.log")
+    sysl = lines(
+        Stream.SYSLOG, "n1", [f"{when.strftime('%b %d %H:%M:%S')} n1 kernel: {XID79}"], "syslog"
+    )
+    v = analyze(job(), kern + sysl, ruleset)
+    xid = [e for e in v.symptom_chain if e.event == "gpu.xid"]
+    assert len(xid) == 1 and xid[0].count == 1
+
+
+def test_hardware_before_app_errors_wins_and_app_before_hardware_wins(ruleset: RuleSet) -> None:
+    xid = lines(Stream.KERNEL, "n1", [k(T0 + timedelta(minutes=30), XID79)])
+    app = lines(
+        Stream.JOB_STDOUT,
+        None,
+        [
+            f"[{(T0 + timedelta(minutes=20)).strftime('%Y-%m-%d %H:%M:%S')},000] ValueError: bad batch"
+        ],
+    )
+    v = analyze(job(), app + xid, ruleset)
+    assert v.sub_domain is SubDomain.APPLICATION, v.summary
+    assert any(a.cause.id == "gpu-fell-off-bus" and "after" in a.why_not for a in v.alternatives)
+    app_late = lines(
+        Stream.JOB_STDOUT,
+        None,
+        [
+            f"[{(T0 + timedelta(minutes=31)).strftime('%Y-%m-%d %H:%M:%S')},000] ValueError: bad batch"
+        ],
+    )
+    v2 = analyze(job(), app_late + xid, ruleset)
+    assert v2.sub_domain is SubDomain.HARDWARE
+
+
+def test_cancel_after_failure_is_a_failure(ruleset: RuleSet) -> None:
+    out = [k(T0 + timedelta(minutes=10), XID79)]
+    cancel = [
+        f"slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT {(T0 + timedelta(minutes=59)).strftime('%Y-%m-%dT%H:%M:%S')} DUE TO TIME LIMIT ***"
+    ]
+    v = analyze(
+        job(state="TIMEOUT", exit_code="0:0"),
+        lines(Stream.KERNEL, "n1", out) + lines(Stream.JOB_STDOUT, None, cancel),
+        ruleset,
+    )
+    assert v.terminal_state is TerminalState.FAIL and v.sub_domain is SubDomain.HARDWARE
+    only_timeout = analyze(
+        job(state="TIMEOUT", exit_code="0:0"), lines(Stream.JOB_STDOUT, None, cancel), ruleset
+    )
+    assert (
+        only_timeout.terminal_state is TerminalState.TIMEOUT
+        and only_timeout.sub_domain is SubDomain.APPLICATION
+    )
+
+
+def test_equal_rank_candidates_from_two_domains_are_ambiguous(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    for rid, dom, event in (
+        ("tie-a", "hardware", "gpu.xid"),
+        ("tie-b", "infrastructure", "fs.nfs_not_responding"),
+    ):
+        (site / f"{rid}.yaml").write_text(
+            f"schema: 1\nid: {rid}\nkind: diagnosis\nversion: 1\ntitle: Tie candidate {rid}\n"
+            f"description: A test rule with the highest priority.\npriority: 999\nsub_domain: {dom}\n"
+            f"when:\n  any:\n    - {{event: {event}}}\nsummary: {rid} on {{node}}\n"
+        )
+    rs = load_ruleset([site])
+    ev = lines(
+        Stream.KERNEL,
+        "n1",
+        [
+            "NVRM: Xid (PCI:0000:91:00): 63, pid=1, Row Remapper: New row marked for remapping, reset gpu to activate."
+        ],
+    ) + lines(Stream.KERNEL, "n2", ["nfs: server home01 not responding, still trying"])
+    v = analyze(job(), ev, rs)
+    assert v.sub_domain is SubDomain.AMBIGUOUS
+    assert v.cause is not None and v.cause.id == "ambiguous"
+    assert {a.cause.id for a in v.alternatives} >= {"tie-b"} or {
+        a.cause.id for a in v.alternatives
+    } >= {"tie-a"}
+    assert {r.node for r in v.responsible} == {"n1", "n2"}
+    assert any("fits equally" in a.why_not for a in v.alternatives)
+
+
+def test_nothing_recognised_is_unattributed_and_passed_is_pass(ruleset: RuleSet) -> None:
+    v = analyze(job(), lines(Stream.JOB_STDOUT, None, ["hello", "world"]), ruleset)
+    assert (
+        v.sub_domain is SubDomain.UNATTRIBUTED
+        and v.terminal_state is TerminalState.FAIL
+        and v.cause is None
+    )
+    p = analyze(
+        job(state="COMPLETED", exit_code="0:0"),
+        lines(Stream.KERNEL, "n1", [k(T0 + timedelta(minutes=5), XID79)]),
+        ruleset,
+    )
+    assert p.terminal_state is TerminalState.PASS and p.sub_domain is SubDomain.NONE
+    assert p.symptom_chain  # what was seen is still reported
+    derived = analyze(job(state="COMPLETED", exit_code="0:0", derived_exit_code="7:0"), [], ruleset)
+    assert derived.terminal_state is TerminalState.FAIL
+
+
+def test_json_has_every_design_field(ruleset: RuleSet) -> None:
+    v = analyze(
+        job(),
+        lines(Stream.KERNEL, "n1", [k(T0 + timedelta(minutes=5), XID79)]),
+        ruleset,
+        diagnosed_at=T0,
+    )
+    data = verdict_to_dict(v)
+    for name in (
+        "terminal_state",
+        "sub_domain",
+        "cause",
+        "responsible",
+        "summary",
+        "action",
+        "symptom_chain",
+        "alternatives",
+        "coverage",
+        "job",
+        "ruleset",
+        "engine_version",
+        "diagnosed_at",
+        "window",
+    ):
+        assert name in data, name
+    assert (
+        set(data["cause"]) == {"id", "title", "rule"}
+        and data["cause"]["rule"] == "gpu-fell-off-bus@1"
+    )
+    assert set(data["responsible"][0]) == {"node", "component", "device"}
+    entry = data["symptom_chain"][0]
+    for name in (
+        "first_at",
+        "last_at",
+        "symptom",
+        "role",
+        "nodes",
+        "node_count",
+        "count",
+        "stream",
+        "example",
+        "source",
+    ):
+        assert name in entry
+    assert data["symptom_chain"][0]["role"] == ChainRole.ROOT.value
+    assert set(data["ruleset"]) == {"version", "digest"}
+    assert data["diagnosed_at"] == "2025-06-01T10:00:00Z"

@@ -1,0 +1,107 @@
+"""The sattr command line through click's runner: output, --json, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from attribution.cli import main
+
+from .conftest import CASES
+
+SEED = CASES / "seed-nvlink-xid149-peers-nccl"
+
+
+def run(*args: str):  # type: ignore[no-untyped-def]
+    return CliRunner(env={"COLUMNS": "160"}).invoke(main, list(args), catch_exceptions=False)
+
+
+def test_diagnose_human_view_shows_verdict_then_chain() -> None:
+    result = run("diagnose", str(SEED))
+    assert result.exit_code == 0
+    out = result.output
+    assert out.index("hardware") < out.index("Symptom chain")
+    assert "gb200-n02" in out and "nvlink-fault" in out
+    assert "Connection closed" in out or "connection closed" in out
+
+
+def test_diagnose_json_is_exactly_one_verdict() -> None:
+    result = run("diagnose", "--json", str(SEED))
+    assert result.exit_code == 0
+    data = json.loads(result.output)
+    assert data["schema"] == "attribution.verdict/1"
+    assert data["sub_domain"] == "hardware" and data["terminal_state"] == "fail"
+    assert [r["node"] for r in data["responsible"]] == ["gb200-n02"]
+
+
+def test_unattributed_is_still_exit_zero(tmp_path: Path) -> None:
+    (tmp_path / "job.json").write_text('{"job_id": "5", "state": "FAILED", "exit_code": "1:0"}')
+    result = run("diagnose", "--json", str(tmp_path))
+    assert result.exit_code == 0
+    assert json.loads(result.output)["sub_domain"] == "unattributed"
+
+
+def test_unusable_input_is_a_one_line_error(tmp_path: Path) -> None:
+    for args, needle in [
+        ((str(tmp_path / "nope"),), "not a bundle directory"),
+        ((str(tmp_path),), "job.json: missing"),
+    ]:
+        result = CliRunner().invoke(main, ["diagnose", *args])
+        assert result.exit_code == 1
+        assert result.output.count("\n") == 1 and needle in result.output, result.output
+    (tmp_path / "job.json").write_text('{"job_id": 1,\n "nodes": ]')
+    result = CliRunner().invoke(main, ["diagnose", str(tmp_path)])
+    assert result.exit_code == 1 and "job.json:2: invalid JSON" in result.output
+    (tmp_path / "job.json").write_text('{"job_id": 1, "nodes": "gpu[01-"}')
+    result = CliRunner().invoke(main, ["diagnose", str(tmp_path)])
+    assert result.exit_code == 1 and "invalid node list" in result.output
+
+
+def test_backtest_reports_scores_and_json() -> None:
+    result = run("backtest", str(CASES / "real-case11"), str(CASES / "real-case07"))
+    assert result.exit_code == 0
+    assert "2 case(s): 2 exact" in result.output
+    data = json.loads(run("backtest", "--json", str(CASES)).output)
+    assert data["counts"]["exact"] + data["counts"]["acceptable"] == data["scored"]
+    assert data["responsible_node_accuracy"]["judged"] >= 30
+    assert "per_class" in data and "confusion" in data
+
+
+def test_backtest_fail_under_and_missing_dir(tmp_path: Path) -> None:
+    assert CliRunner().invoke(main, ["backtest", str(tmp_path / "x")]).exit_code == 1
+    assert CliRunner().invoke(main, ["backtest", str(tmp_path)]).exit_code == 1  # no cases
+
+
+def test_demo_writes_a_store_and_summarises(tmp_path: Path) -> None:
+    db = tmp_path / "demo.sqlite"
+    result = run("demo", "--db", str(db))
+    assert result.exit_code == 0, result.output
+    n = len(list(CASES.glob("*/job.json")))
+    assert f"Diagnosed {n}/{n} jobs" in result.output
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select count(*) from verdicts").fetchone()[0] == n
+        assert conn.execute("select count(*) from symptoms").fetchone()[0] > n
+    shown = run("show", "--db", str(db), "4242001")
+    assert shown.exit_code == 0 and "nvlink-fault" in shown.output
+    as_default = run("--help")
+    assert "diagnose" in as_default.output
+
+
+def test_rules_lint_and_test_pass_on_shipped_rules() -> None:
+    lint = run("rules", "lint")
+    assert lint.exit_code == 0 and "0 error(s)" in lint.output
+    test = run("rules", "test")
+    assert test.exit_code == 0 and " 0 failed" in test.output
+
+
+def test_rules_commands_fail_on_a_bad_site_dir(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "broken.yaml").write_text(
+        "schema: 1\nid: broken\nkind: extractor\nversion: 1\ntitle: x\n"
+    )
+    result = CliRunner().invoke(main, ["rules", "lint", str(site)])
+    assert result.exit_code == 1 and "broken.yaml" in result.output

@@ -1,0 +1,30 @@
+"""Slurm host lists through ClusterShell."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attribution.hostlist import HostlistError, compress, expand, short_name
+
+
+def test_expand_and_compress() -> None:
+    assert expand("gpu[001-003],login1") == ("gpu001", "gpu002", "gpu003", "login1")
+    assert expand(["a1", "a2", "a1"]) == ("a1", "a2")
+    assert expand(None) == () and expand("None assigned") == ()
+    assert compress(["gpu002", "gpu001", "gpu003"]) == "gpu[001-003]"
+    with pytest.raises(HostlistError):
+        expand("gpu[01-")
+
+
+def test_short_names() -> None:
+    assert short_name("node017.cluster.local") == "node017"
+    assert short_name("node-3<34567>") == "node-3"
+    assert short_name("10.0.0.7") == "10.0.0.7"
+
+
+@given(st.sets(st.integers(min_value=0, max_value=2000), min_size=1, max_size=60))
+def test_roundtrip(numbers: set[int]) -> None:
+    names = [f"n{i:04d}" for i in sorted(numbers)]
+    assert sorted(expand(compress(names))) == names

@@ -1,0 +1,126 @@
+"""Strict rule loading: every error names file:line; site rules extend and override shipped ones."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from attribution.errors import RuleErrors
+from attribution.rules.lint import lint
+from attribution.rules.loader import load_ruleset
+
+from .conftest import FIXTURES
+
+BAD = FIXTURES / "rules-bad"
+
+GOOD_RULE = """\
+schema: 1
+id: {id}
+kind: extractor
+version: 1
+title: Site rule for the boom message
+description: A site's own signature, used to test loading and overriding.
+status: test
+streams: [job]
+match:
+  contains: "{word}"
+  regex: '{word} (?P<what>\\w+)'
+emit:
+  event: app.boom
+  role: root
+  label: "boom {{what}}"
+  fields:
+    what: what
+examples:
+  match:
+    - line: "{word} now"
+      fields: {{what: now}}
+  no_match:
+    - "nothing here"
+"""
+
+
+def _load_one(tmp_path: Path, name: str) -> RuleErrors:
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copy(BAD / name, site / name)
+    with pytest.raises(RuleErrors) as info:
+        load_ruleset([site], include_shipped=False)
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "needle"),
+    [
+        ("bad-yaml.yaml", 6, "while scanning a quoted scalar on line 5"),
+        ("duplicate-key.yaml", 6, "duplicate key 'title' (first defined on line 5)"),
+        ("unknown-key.yaml", 10, "unknown key 'match.regexp'"),
+        ("bad-regex.yaml", 10, "invalid regex"),
+        ("unnamed-group.yaml", 10, "unnamed groups"),
+        ("bad-stream.yaml", 7, "unknown stream"),
+    ],
+)
+def test_bad_rule_files_name_file_and_line(
+    tmp_path: Path, name: str, line: int, needle: str
+) -> None:
+    err = _load_one(tmp_path, name)
+    messages = [str(e) for e in err.errors]
+    assert any(needle in m for m in messages), messages
+    assert any(m.startswith(f"{tmp_path / 'site' / name}:{line}:") for m in messages), messages
+
+
+def test_every_error_is_collected(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(BAD, site)
+    with pytest.raises(RuleErrors) as info:
+        load_ruleset([site], include_shipped=False)
+    files = {Path(e.location.path).name for e in info.value.errors if e.location}
+    assert files == {p.name for p in BAD.glob("*.yaml")}
+
+
+def test_site_rules_extend_and_override(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "site-boom.yaml").write_text(GOOD_RULE.format(id="site-boom", word="boom"))
+    shipped = load_ruleset()
+    both = load_ruleset([site])
+    assert both.rule("site-boom") is not None
+    assert len(both.all_rules()) == len(shipped.all_rules()) + 1
+    # same id as a shipped rule: the site's version replaces it
+    (site / "nvidia-xid.yaml").write_text(GOOD_RULE.format(id="nvidia-xid", word="bang"))
+    replaced = load_ruleset([site])
+    rule = replaced.rule("nvidia-xid")
+    assert rule is not None and rule.title == "Site rule for the boom message"
+    assert len(replaced.all_rules()) == len(both.all_rules())
+    assert replaced.digest != both.digest
+
+
+def test_shipped_rules_lint_clean() -> None:
+    issues = lint(load_ruleset())
+    assert not issues, "\n".join(map(str, issues))
+
+
+def test_lint_catches_unknown_event_and_id_mismatch(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "diagnose").mkdir(parents=True)
+    (site / "diagnose" / "wrong-name.yaml").write_text(
+        """\
+schema: 1
+id: not-the-file-name
+kind: diagnosis
+version: 1
+title: Uses an event nobody emits
+description: The event below is not emitted by any extractor.
+priority: 10
+sub_domain: application
+when:
+  any:
+    - {event: app.never_emitted}
+summary: never
+"""
+    )
+    issues = lint(load_ruleset([site]))
+    checks = {i.check for i in issues if "wrong-name.yaml" in i.location.path}
+    assert {"id-matches-filename", "event-known"} <= checks

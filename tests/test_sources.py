@@ -1,0 +1,115 @@
+"""Reading evidence: compression, junk, huge lines, missing/unreadable files and their coverage entries."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import zstandard
+
+from attribution.bundle import load_bundle
+from attribution.model import CoverageStatus, Stream
+from attribution.sources import (
+    ReadContext,
+    SourceReader,
+    SourceSpec,
+    file_stem,
+    job_stream_for,
+    node_stream_for,
+)
+from attribution.sources.reader import read_lines
+
+XID = (
+    "NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+)
+
+
+def _read(spec: SourceSpec, ctx: ReadContext | None = None):  # type: ignore[no-untyped-def]
+    reader = SourceReader(spec, ctx or ReadContext())
+    lines = list(reader.lines())
+    return lines, reader.coverage()
+
+
+def test_plain_gzip_and_zstd_read_the_same(tmp_path: Path) -> None:
+    text = ("a line\n" * 3 + XID).encode()
+    (tmp_path / "plain.log").write_bytes(text)
+    (tmp_path / "k.log.1.gz").write_bytes(gzip.compress(text))
+    (tmp_path / "k.log.zst").write_bytes(zstandard.ZstdCompressor().compress(text))
+    results = [read_lines(tmp_path / n)[0] for n in ("plain.log", "k.log.1.gz", "k.log.zst")]
+    assert results[0] == results[1] == results[2]
+    assert results[0][-1] == XID.rstrip("\n")
+
+
+def test_binary_junk_and_huge_lines_degrade_to_coverage_notes(tmp_path: Path) -> None:
+    path = tmp_path / "kernel.log"
+    with path.open("wb") as fh:
+        fh.write(b"\x00\x01\xff\xfe garbage \x00\n")
+        fh.write(b"x" * 300_000 + b"\n")
+        fh.write(XID.encode())
+    lines, cov = _read(SourceSpec(Stream.KERNEL, "n1", [path]))
+    assert cov.status is CoverageStatus.OK
+    assert "over-long" in (cov.reason or "") and "NUL" in (cov.reason or "")
+    assert lines[-1].text.startswith("NVRM: Xid")
+    assert all(len(ln.raw) <= 64 * 1024 for ln in lines)
+
+
+def test_missing_empty_unreadable_and_corrupt(tmp_path: Path) -> None:
+    _, missing = _read(SourceSpec(Stream.SYSLOG, "n1", []))
+    assert missing.status is CoverageStatus.MISSING
+    (tmp_path / "empty.log").write_bytes(b"")
+    _, empty = _read(SourceSpec(Stream.SYSLOG, "n1", [tmp_path / "empty.log"]))
+    assert empty.status is CoverageStatus.EMPTY
+    os.symlink("/etc/shadow", tmp_path / "link.log")
+    _, unreadable = _read(
+        SourceSpec(Stream.JOB_STDOUT, None, [tmp_path / "link.log"], nofollow=True)
+    )
+    assert unreadable.status is CoverageStatus.UNREADABLE and unreadable.reason
+    (tmp_path / "dir.log").mkdir()
+    _, notfile = _read(SourceSpec(Stream.KERNEL, "n1", [tmp_path / "dir.log"]))
+    assert notfile.status is CoverageStatus.UNREADABLE
+    noisy = "".join(f"line {i * 7919 % 104729:x} {i}\n" for i in range(20000)).encode()
+    whole = gzip.compress(noisy)
+    (tmp_path / "bad.gz").write_bytes(whole[: len(whole) // 2])
+    _, corrupt = _read(SourceSpec(Stream.KERNEL, "n1", [tmp_path / "bad.gz"]))
+    assert corrupt.status is CoverageStatus.ERROR and "read error" in (corrupt.reason or "")
+
+
+def test_uptime_lines_get_wall_time_from_a_line_with_both_clocks(tmp_path: Path) -> None:
+    path = tmp_path / "kern.log"
+    path.write_text(
+        "Dec  2 11:38:47 worker4 kernel: [  219.470994] first\n"
+        "[  229.470994] ten seconds later\n"
+        "[    0.000000] Linux version 6.8.0\n"
+        "[    5.000000] after the reboot\n"
+    )
+    from datetime import UTC, datetime
+
+    ctx = ReadContext(reference=datetime(2025, 12, 2, tzinfo=UTC))
+    lines, cov = _read(SourceSpec(Stream.KERNEL, "worker4", [path]), ctx)
+    assert lines[1].time is not None and (lines[1].time - lines[0].time).total_seconds() == 10  # type: ignore[operator]
+    assert lines[3].time is None  # a new boot with no anchor: honest, untimed
+    assert cov.status is CoverageStatus.OK
+
+
+def test_file_names_map_to_streams() -> None:
+    assert file_stem("kern.log.1.gz") == "kern"
+    assert node_stream_for("dmesg.log") is Stream.KERNEL
+    assert node_stream_for("messages.2.zst") is Stream.SYSLOG
+    assert node_stream_for("fabricmanager.log") is Stream.FABRICMANAGER
+    assert node_stream_for("random.txt") is None
+    assert job_stream_for("stderr.log") is Stream.JOB_STDERR
+    assert job_stream_for("slurm-1234.out") is Stream.JOB_STDOUT
+
+
+def test_bundle_lists_every_node_stream(tmp_path: Path) -> None:
+    (tmp_path / "job.json").write_text('{"job_id": "1", "nodes": "n[1-2]", "state": "FAILED"}')
+    (tmp_path / "nodes" / "n1").mkdir(parents=True)
+    (tmp_path / "nodes" / "n1" / "dmesg.log").write_text(XID)
+    (tmp_path / "nodes" / "n1" / "notes.txt").write_text("hello")
+    bundle = load_bundle(tmp_path)
+    keys = {(s.stream, s.node) for s in bundle.specs}
+    for node in ("n1", "n2"):
+        for stream in (Stream.KERNEL, Stream.SYSLOG, Stream.FABRICMANAGER):
+            assert (stream, node) in keys
+    assert any("notes.txt" in n for n in bundle.notes)
