@@ -215,8 +215,9 @@ class _Slot:
 class EventCollector:
     """Keeps events with bounded memory: identical repeats are folded into a count.
 
-    Per (extractor, node, identity fields) at most ``per_key`` events are kept;
-    per (extractor, node) at most ``per_rule_node`` distinct keys. Anything
+    Per (extractor, node, rank, task, identity fields) at most ``per_key`` events
+    are kept; per (extractor, node, rank, task) at most ``per_rule_node`` distinct
+    field combinations. Anything
     beyond is added to the count of the last kept event of that key, so counts
     and first/last times stay exact while memory stays bounded.
     """
@@ -239,9 +240,7 @@ class EventCollector:
         self.per_key = per_key
         self.per_rule_node = per_rule_node
         self._keys: dict[tuple[Any, ...], _Slot] = {}
-        self._rule_node_keys: dict[tuple[str, str | None, bool | None], list[tuple[Any, ...]]] = (
-            defaultdict(list)
-        )
+        self._rule_node_keys: dict[tuple[Any, ...], list[tuple[Any, ...]]] = defaultdict(list)
         self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
         self._dedupe_memory = dedupe_memory
         self.events: list[Event] = []
@@ -277,7 +276,7 @@ class EventCollector:
         ident = tuple(_hashable(event.fields.get(n)) for n in names)
         key = (event.rule, event.node, event.rank, event.task, event.in_window, ident)
         slot = self._keys.get(key)
-        rn_key = (event.rule, event.node, event.in_window)
+        rn_key = (event.rule, event.node, event.rank, event.task, event.in_window)
         if slot is None:
             keys = self._rule_node_keys[rn_key]
             if len(keys) >= self.per_rule_node:
