@@ -97,6 +97,7 @@ class SourceReader:
         self.errors: list[str] = []
         self.unreadable: list[str] = []
         self.missing = not spec.paths
+        self.uptime_only = 0  # kernel uptime stamps we could not turn into wall-clock time
 
     def lines(self) -> Iterator[LogLine]:
         for path, shown in zip(self.spec.paths, self._names(), strict=True):
@@ -150,6 +151,8 @@ class SourceReader:
                     boot = when - timedelta(seconds=p.uptime)
                 elif boot is not None:
                     when = boot + timedelta(seconds=p.uptime)
+                else:
+                    self.uptime_only += 1
             line_node = node
             if p.host:
                 name = short_name(p.host)
@@ -187,6 +190,11 @@ class SourceReader:
             reasons.append(f"{truncated} over-long line(s) cut at {self.ctx.max_line} bytes")
         if binary:
             reasons.append(f"{binary} line(s) with NUL bytes")
+        if self.uptime_only:
+            reasons.append(
+                f"{self.uptime_only} line(s) carry only kernel uptime and no boot time is known:"
+                " signals from them are untimed"
+            )
         if self.missing:
             status = CoverageStatus.MISSING
             reasons.insert(0, "no file for this source")
