@@ -70,6 +70,17 @@ def job_window(job: JobRecord, options: AnalysisOptions) -> tuple[datetime | Non
     return start, end
 
 
+def read_window(
+    job: JobRecord, options: AnalysisOptions
+) -> tuple[datetime | None, datetime | None]:
+    """What to read of time-ordered node logs: the job window, reaching back far enough
+    for persisting faults (at least an hour before the start)."""
+    start, end = job_window(job, options)
+    if job.start is not None:
+        start = job.start - timedelta(seconds=max(options.margin_before, 3600.0))
+    return start, end
+
+
 def job_passed(job: JobRecord) -> bool:
     """COMPLETED with exit code 0:0 and no non-zero derived exit code (sacct semantics)."""
     if job.state != "COMPLETED":

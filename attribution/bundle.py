@@ -24,20 +24,19 @@ from pathlib import Path
 from typing import Any
 
 from attribution._yaml import load_yaml_file
-from attribution.analyze import AnalysisOptions, analyze
+from attribution.analyze import AnalysisOptions, analyze, read_window
 from attribution.errors import BundleError, Location, RuleError
 from attribution.jobrecord import job_from_dict
 from attribution.model import JobRecord, Stream, Verdict
 from attribution.rules.loader import RuleSet
+from attribution.scan import read_context
 from attribution.sources import (
-    ReadContext,
     SourceSpec,
     file_stem,
     job_stream_for,
     node_stream_for,
     read_sources,
 )
-from attribution.timeutil import zone
 
 # Streams every job node is expected to have; absent ones get a "missing" coverage entry.
 EXPECTED_NODE_STREAMS = (Stream.KERNEL, Stream.SYSLOG, Stream.FABRICMANAGER)
@@ -190,27 +189,27 @@ def diagnose_bundle(
     *,
     options: AnalysisOptions | None = None,
     diagnosed_at: datetime | None = None,
+    engine: str | None = None,
 ) -> tuple[Bundle, Verdict]:
     """Load a bundle and diagnose it with ``analyze``.
+
+    ``engine`` picks the line pre-filter (``hyperscan``, ``re2``, ``python``;
+    default: the fastest available); every engine gives the same verdict.
 
     Raises:
         BundleError: when the bundle itself is unusable (the logs never raise).
     """
     bundle = load_bundle(path)
     job = bundle.job
-    ctx = ReadContext(
-        tz=zone(job.timezone),
-        reference=job.start or job.end,
-        boot_times=dict(job.boot_times),
-        job_nodes=job.nodes,
-    )
+    opts = options or AnalysisOptions()
+    ctx = read_context(job, ruleset, window=read_window(job, opts), engine=engine)
     readers, lines = read_sources(bundle.specs, ctx)
     verdict = analyze(
         job,
         lines,
         ruleset,
         coverage=lambda: [r.coverage() for r in readers],
-        options=options or AnalysisOptions(),
+        options=opts,
         diagnosed_at=diagnosed_at,
     )
     return bundle, verdict

@@ -144,13 +144,20 @@ SLURM_STATES: frozenset[str] = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class SourceRef:
-    """Where an event was read: a file (as shown to the user) and a 1-based line."""
+    """Where an event was read: a file (as shown to the user) and a 1-based line.
+
+    When a reader started in the middle of a large file (a time-windowed read)
+    the line number is unknown (0) and ``offset`` gives the byte offset instead.
+    """
 
     path: str
     line: int
+    offset: int | None = None
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}"
+        if self.line or self.offset is None:
+            return f"{self.path}:{self.line}"
+        return f"{self.path}@{self.offset}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
@@ -318,20 +318,32 @@ def _hashable(value: Any) -> Any:
     return value
 
 
+def _adjacent(head: LogLine, following: Sequence[LogLine]) -> list[LogLine]:
+    """The lines that directly follow ``head`` in its file (by line number when known)."""
+    out: list[LogLine] = []
+    for k, line in enumerate(following, 1):
+        if line.source.path != head.source.path:
+            break
+        if head.source.line and line.source.line != head.source.line + k:
+            break
+        out.append(line)
+    return out
+
+
 def iter_with_following(
     lines: Iterable[LogLine], lookahead: int
 ) -> Iterator[tuple[LogLine, list[LogLine]]]:
-    """Yield each line with up to ``lookahead`` following lines of the same source file."""
+    """Yield each line with up to ``lookahead`` lines that directly follow it in its file."""
     if lookahead <= 0:
         for line in lines:
             yield line, []
         return
-    buffer: list[LogLine] = []
+    buffer: deque[LogLine] = deque()
     for line in lines:
         buffer.append(line)
         if len(buffer) > lookahead:
-            head = buffer.pop(0)
-            yield head, [f for f in buffer if f.source.path == head.source.path]
+            head = buffer.popleft()
+            yield head, _adjacent(head, list(buffer))
     while buffer:
-        head = buffer.pop(0)
-        yield head, [f for f in buffer if f.source.path == head.source.path]
+        head = buffer.popleft()
+        yield head, _adjacent(head, list(buffer))

@@ -8,17 +8,25 @@ carry both clocks) and keeps the counts that become the ``coverage`` entry.
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import io
+import itertools
+import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
+from typing import Protocol
+
+import zstandard
 
 from attribution.errors import SourceError
 from attribution.hostlist import short_name
 from attribution.model import Coverage, CoverageStatus, LogLine, SourceRef, Stream
 from attribution.sources.prefix import parse_prefix
-from attribution.sources.reader import DEFAULT_MAX_LINE, ReadStats, iter_lines, open_log
+from attribution.sources.reader import DEFAULT_MAX_LINE, ReadStats, decode_line, open_log
 
 # file stem -> stream, for node directories of an evidence bundle
 NODE_FILE_STREAMS: dict[str, Stream] = {
@@ -72,22 +80,82 @@ class SourceSpec:
     max_bytes: int | None = None
 
 
+# Streams whose files are written in time order: they can be read by time window.
+ORDERED_STREAMS = frozenset(
+    {
+        Stream.KERNEL,
+        Stream.SYSLOG,
+        Stream.FABRICMANAGER,
+        Stream.DCGM,
+        Stream.SLURMD,
+        Stream.SLURMCTLD,
+    }
+)
+CHUNK = 8 << 20  # bytes read per block
+WINDOW_CHUNK = 64 << 10  # first block when reading by time window; doubles up to CHUNK
+HEAD_LINES = 200  # lines at the start of a file always parsed (boot-time anchors)
+
+
+class LineSelector(Protocol):
+    """Chooses the lines of a block worth parsing (``attribution.scan.LiteralScanner``)."""
+
+    def line_starts(self, data: bytes, limit: int | None = None) -> list[int]: ...
+
+
+class EveryLine:
+    """A selector that keeps every line (for tools that want all of them)."""
+
+    def line_starts(self, data: bytes, limit: int | None = None) -> list[int]:
+        starts = [0] if data else []
+        pos = data.find(b"\n")
+        while pos != -1 and pos + 1 < len(data):
+            starts.append(pos + 1)
+            pos = data.find(b"\n", pos + 1)
+        return starts
+
+
 @dataclass(slots=True)
 class ReadContext:
-    """Values every reader needs: timezone for naive stamps, a reference time, boot times, nodes."""
+    """Values every reader needs.
+
+    ``tz``: timezone for stamps without an offset; ``reference``: a time near the
+    lines (the job start) for formats without a year; ``boot_times``: node ->
+    boot time for kernel uptime stamps; ``job_nodes``: names a syslog host may
+    take; ``selectors``: per stream, which lines to parse (default: all);
+    ``follow``: per stream, how many lines after a selected one to parse too
+    (multi-line messages); ``window``: ``(start, end)`` UTC, when set, ordered
+    streams are read only around it (``tolerance`` seconds either side; files
+    smaller than ``seek_threshold`` bytes are read whole).
+    """
 
     tz: tzinfo = UTC
     reference: datetime | None = None
     boot_times: dict[str, datetime] = field(default_factory=dict)
     job_nodes: tuple[str, ...] = ()
     max_line: int = DEFAULT_MAX_LINE
+    selectors: Mapping[Stream, LineSelector] = field(default_factory=dict)
+    follow: Mapping[Stream, int] = field(default_factory=dict)
+    window: tuple[datetime | None, datetime | None] | None = None
+    tolerance: float = 600.0
+    seek_threshold: int = 32 << 20
+
+
+@dataclass(slots=True)
+class _Raw:
+    lineno: int  # 0 when unknown (the read started mid-file)
+    offset: int
+    data: bytes
+    emit: bool
 
 
 class SourceReader:
     """Reads one ``SourceSpec`` into ``LogLine``s and reports its ``Coverage``.
 
     Iterate ``lines()`` fully, then call ``coverage()``. Errors never escape:
-    they end up in the coverage entry.
+    they end up in the coverage entry. Files are read in large blocks; only
+    the lines the stream's selector picks (plus the head of each file, for
+    boot-time anchors, and ``follow`` lines after each pick) are decoded and
+    parsed.
     """
 
     def __init__(self, spec: SourceSpec, ctx: ReadContext) -> None:
@@ -96,11 +164,24 @@ class SourceReader:
         self.stats: list[ReadStats] = []
         self.errors: list[str] = []
         self.unreadable: list[str] = []
+        self.notes: list[str] = []
         self.missing = not spec.paths
         self.uptime_only = 0  # kernel uptime stamps we could not turn into wall-clock time
+        self.bytes_on_disk = 0
+
+    # ------------------------------------------------------------------ public
 
     def lines(self) -> Iterator[LogLine]:
-        for path, shown in zip(self.spec.paths, self._names(), strict=True):
+        names = self._names()
+        windowed = self.ctx.window is not None and self.spec.stream in ORDERED_STREAMS
+        firsts: list[datetime | None] = []
+        if windowed and len(self.spec.paths) > 1:
+            firsts = [self._first_time(p) for p in self.spec.paths]
+        state = _Clock(self.ctx.boot_times.get(self.spec.node) if self.spec.node else None)
+        for index, (path, shown) in enumerate(zip(self.spec.paths, names, strict=True)):
+            if firsts and self._outside(index, firsts):
+                self.notes.append(f"{shown}: skipped, its lines are outside the job window")
+                continue
             stats = ReadStats()
             self.stats.append(stats)
             try:
@@ -109,81 +190,16 @@ class SourceReader:
                 self.unreadable.append(f"{shown}: {exc.message}")
                 continue
             with handle:
-                yield from self._parse(iter_lines(handle, stats, max_line=self.ctx.max_line), shown)
+                raws = self._blocks(handle, path, stats, shown, windowed)
+                yield from self._parse(raws, shown, state)
             if stats.error:
                 self.errors.append(f"{shown}: {stats.error}")
-
-    def _names(self) -> list[str]:
-        if len(self.spec.display) == len(self.spec.paths):
-            return self.spec.display
-        return [str(p) for p in self.spec.paths]
-
-    def _open(self, path: Path):  # type: ignore[no-untyped-def]
-        handle = open_log(path, nofollow=self.spec.nofollow)
-        if self.spec.owner_uid is not None:
-            import os
-
-            info = os.fstat(handle.fileno()) if hasattr(handle, "fileno") else None
-            if info is not None and info.st_uid != self.spec.owner_uid:
-                handle.close()
-                raise SourceError(f"not owned by uid {self.spec.owner_uid}")
-        if self.spec.max_bytes is not None:
-            _skip_to_tail(handle, path, self.spec.max_bytes)
-        return handle
-
-    def _parse(self, raw_lines: Iterator[str], shown: str) -> Iterator[LogLine]:
-        ctx = self.ctx
-        node = self.spec.node
-        boot = ctx.boot_times.get(node) if node else None
-        last_uptime: float | None = None
-        nodes = set(ctx.job_nodes)
-        stream = self.spec.stream
-        for lineno, raw in enumerate(raw_lines, 1):
-            if not raw.strip():
-                continue
-            p = parse_prefix(raw, tz=ctx.tz, reference=ctx.reference)
-            when = p.time
-            if p.uptime is not None:
-                if last_uptime is not None and p.uptime + 1.0 < last_uptime:
-                    boot = None  # uptime went backwards: the node rebooted
-                last_uptime = p.uptime
-                if when is not None:
-                    boot = when - timedelta(seconds=p.uptime)
-                elif boot is not None:
-                    when = boot + timedelta(seconds=p.uptime)
-                else:
-                    self.uptime_only += 1
-            line_node = node
-            if p.host:
-                name = short_name(p.host)
-                if name in nodes or (
-                    node is None
-                    and stream
-                    not in (
-                        Stream.JOB_STDOUT,
-                        Stream.JOB_STDERR,
-                    )
-                ):
-                    line_node = name
-            yield LogLine(
-                stream=stream,
-                node=line_node,
-                text=p.text,
-                raw=raw,
-                source=SourceRef(shown, lineno),
-                time=when,
-                host=p.host,
-                rank=p.rank,
-                pid=p.pid,
-                device=p.device,
-                task=p.task,
-            )
 
     def coverage(self) -> Coverage:
         """The coverage entry for this source (call after ``lines()`` is exhausted)."""
         total_bytes = sum(s.bytes for s in self.stats)
         total_lines = sum(s.lines for s in self.stats)
-        reasons: list[str] = []
+        reasons: list[str] = list(self.notes)
         truncated = sum(s.truncated for s in self.stats)
         binary = sum(s.binary_lines for s in self.stats)
         if truncated:
@@ -204,7 +220,7 @@ class SourceReader:
         elif self.errors:
             status = CoverageStatus.ERROR
             reasons[:0] = self.errors + self.unreadable
-        elif total_lines == 0:
+        elif total_lines == 0 and not self.notes:
             status = CoverageStatus.EMPTY
             reasons[:0] = self.unreadable
         else:
@@ -219,6 +235,302 @@ class SourceReader:
             lines=total_lines,
             reason="; ".join(reasons) or None,
         )
+
+    # ------------------------------------------------------------------ files
+
+    def _names(self) -> list[str]:
+        if len(self.spec.display) == len(self.spec.paths):
+            return self.spec.display
+        return [str(p) for p in self.spec.paths]
+
+    def _open(self, path: Path) -> io.BufferedIOBase:
+        handle = open_log(path, nofollow=self.spec.nofollow)
+        if self.spec.owner_uid is not None:
+            info = os.fstat(handle.fileno()) if isinstance(handle, io.BufferedReader) else None
+            if info is not None and info.st_uid != self.spec.owner_uid:
+                handle.close()
+                raise SourceError(f"not owned by uid {self.spec.owner_uid}")
+        if self.spec.max_bytes is not None:
+            _skip_to_tail(handle, path, self.spec.max_bytes)
+        with contextlib.suppress(OSError):
+            self.bytes_on_disk += path.stat().st_size
+        return handle
+
+    def _first_time(self, path: Path) -> datetime | None:
+        """The first wall-clock time in a file (a few KiB of its head), or None."""
+        try:
+            with open_log(path, nofollow=self.spec.nofollow) as handle:
+                head = handle.read(64 * 1024)
+        except (SourceError, OSError, EOFError, ValueError):
+            return None
+        return _first_stamp(head.split(b"\n")[:-1] or [head], self.ctx)
+
+    def _outside(self, index: int, firsts: list[datetime | None]) -> bool:
+        """A rotated file entirely before or after the window (judged by first timestamps)."""
+        assert self.ctx.window is not None
+        start, end = self.ctx.window
+        tol = timedelta(seconds=self.ctx.tolerance)
+        first = firsts[index]
+        if end is not None and first is not None and first > end + tol:
+            return True
+        later = [t for t in firsts[index + 1 :] if t is not None]
+        return bool(start is not None and later and later[0] < start - tol)
+
+    def _blocks(
+        self, handle: io.BufferedIOBase, path: Path, stats: ReadStats, shown: str, windowed: bool
+    ) -> Iterator[_Raw]:
+        """Selected raw lines of one file, in order, with their line numbers or offsets."""
+        ctx = self.ctx
+        selector = ctx.selectors.get(self.spec.stream) or EveryLine()
+        follow = ctx.follow.get(self.spec.stream, 0)
+        base = 0
+        if windowed and isinstance(handle, io.BufferedReader) and ctx.window and ctx.window[0]:
+            base = self._seek(handle, path, ctx.window[0] - timedelta(seconds=ctx.tolerance))
+            if base:
+                self.notes.append(f"{shown}: read from byte {base}, the start of the job window")
+        stop = None
+        if windowed and ctx.window and ctx.window[1]:
+            stop = ctx.window[1] + timedelta(seconds=ctx.tolerance)
+        lineno = 0
+        known = base == 0
+        carry = b""
+        owed = 0  # follower lines still owed from the previous block
+        head_left = HEAD_LINES if base == 0 else 0
+        offset = base
+        long_skip = False
+        max_line = ctx.max_line
+        size = WINDOW_CHUNK if stop is not None else CHUNK
+        while True:
+            try:
+                data = handle.read(size)
+                size = min(CHUNK, size * 2)
+            except (OSError, EOFError, ValueError, zstandard.ZstdError, gzip.BadGzipFile) as exc:
+                stats.error = f"read error after {stats.lines} lines: {exc}"
+                return
+            if long_skip:  # dropping the rest of an over-long line
+                nl = data.find(b"\n")
+                if nl < 0 and data:
+                    stats.bytes += len(data)
+                    offset += len(data)
+                    continue
+                stats.bytes += nl + 1 if data else 0
+                offset += nl + 1 if data else 0
+                data = data[nl + 1 :] if data else data
+                long_skip = False
+            eof = not data
+            buf = carry + data
+            if not buf:
+                return
+            cut = len(buf) if eof else buf.rfind(b"\n") + 1
+            if cut == 0:  # no newline yet: one very long line
+                if len(buf) > max_line:
+                    carry = buf[:max_line] + b"\n"  # keep the head, drop the rest up to its newline
+                    stats.bytes += len(buf) - max_line - 1
+                    offset += len(buf) - max_line - 1
+                    long_skip = True
+                else:
+                    carry = buf
+                continue
+            block, carry = buf[:cut], buf[cut:]
+            stats.bytes += len(block)
+            picked, owed = self._pick(block, selector, follow, owed, head_left)
+            n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+            head_left = max(0, head_left - n_lines)
+            stats.truncated += sum(1 for _ in _long_lines(block, max_line))
+            stats.binary_lines += _nul_lines(block)
+            counted, pos = 0, 0
+            for start, emit in picked:
+                counted += block.count(b"\n", pos, start)
+                pos = start
+                end = block.find(b"\n", start)
+                raw = block[start : end if end >= 0 else len(block)]
+                yield _Raw(
+                    lineno + counted + 1 if known else 0, offset + start, raw[:max_line], emit
+                )
+            lineno += n_lines
+            stats.lines += n_lines
+            offset += len(block)
+            if stop is not None:
+                last = _last_stamp(block, ctx)
+                if last is not None and last > stop:
+                    self.notes.append(f"{shown}: stopped at byte {offset}, past the job window")
+                    return
+
+    def _pick(
+        self, block: bytes, selector: LineSelector, follow: int, owed: int, head_left: int
+    ) -> tuple[list[tuple[int, bool]], int]:
+        """Line starts to parse, each with whether to emit it; and followers owed onward."""
+        chosen: dict[int, bool] = {}
+        starts = selector.line_starts(block)
+        # lines owed from the previous block, and the file head (anchors only)
+        pos, n = 0, 0
+        while pos < len(block) and (n < owed or n < head_left):
+            if n < owed:
+                chosen[pos] = True
+            else:
+                chosen.setdefault(pos, False)
+            nl = block.find(b"\n", pos)
+            if nl < 0:
+                break
+            pos, n = nl + 1, n + 1
+        left = 0
+        for start in starts:
+            chosen[start] = True
+            pos, k = start, 0
+            while k < follow:
+                nl = block.find(b"\n", pos)
+                if nl < 0 or nl + 1 >= len(block):
+                    left = max(left, follow - k)
+                    break
+                pos = nl + 1
+                chosen[pos] = True
+                k += 1
+        owed_next = left if starts or owed <= 0 else max(left, owed - (block.count(b"\n")))
+        return sorted(chosen.items()), max(0, owed_next)
+
+    def _seek(self, handle: io.BufferedReader, path: Path, target: datetime) -> int:
+        """Byte offset of a line at or before the first line timed >= ``target`` (bisection)."""
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return 0
+        if size < self.ctx.seek_threshold:
+            return 0
+        lo, hi = 0, size
+        while hi - lo > (64 << 10):
+            mid = (lo + hi) // 2
+            stamp = self._stamp_at(handle, mid)
+            if stamp is None:  # lines without wall-clock time: cannot bisect, read it all
+                handle.seek(0)
+                return 0
+            if stamp < target:
+                lo = mid
+            else:
+                hi = mid
+        if lo == 0:
+            handle.seek(0)
+            return 0
+        handle.seek(lo)
+        handle.readline()  # to the start of the next full line
+        return handle.tell()
+
+    def _stamp_at(self, handle: io.BufferedReader, offset: int) -> datetime | None:
+        handle.seek(offset)
+        probe = handle.read(256 * 1024)
+        lines = probe.split(b"\n")[1:-1]
+        return _first_stamp(lines, self.ctx)
+
+    # ------------------------------------------------------------------ lines
+
+    def _parse(self, raws: Iterator[_Raw], shown: str, clock: _Clock) -> Iterator[LogLine]:
+        ctx = self.ctx
+        node = self.spec.node
+        nodes = set(ctx.job_nodes)
+        stream = self.spec.stream
+        job_stream = stream in (Stream.JOB_STDOUT, Stream.JOB_STDERR)
+        for item in raws:
+            raw = decode_line(item.data)
+            if not raw.strip():
+                continue
+            p = parse_prefix(raw, tz=ctx.tz, reference=ctx.reference)
+            when = clock.place(p.time, p.uptime, p.text)
+            if when is None and p.uptime is not None and item.emit:
+                self.uptime_only += 1
+            if not item.emit:
+                continue
+            line_node = node
+            if p.host:
+                name = short_name(p.host)
+                if name in nodes or (node is None and not job_stream):
+                    line_node = name
+            yield LogLine(
+                stream=stream,
+                node=line_node,
+                text=p.text,
+                raw=raw,
+                source=SourceRef(shown, item.lineno, None if item.lineno else item.offset),
+                time=when,
+                host=p.host,
+                rank=p.rank,
+                pid=p.pid,
+                device=p.device,
+                task=p.task,
+            )
+
+
+@dataclass(slots=True)
+class _Clock:
+    """Turns kernel uptime into wall-clock time through the node's boot time.
+
+    The boot time comes from the job record, or from a line carrying both
+    clocks (syslog wrapping dmesg). A kernel boot banner or uptime running
+    backwards means a reboot: the old boot time no longer applies.
+    """
+
+    boot: datetime | None
+    last_uptime: float | None = None
+
+    def place(self, wall: datetime | None, uptime: float | None, text: str) -> datetime | None:
+        if uptime is None:
+            return wall
+        rebooted = text.startswith("Linux version") or (
+            self.last_uptime is not None and uptime + 1.0 < self.last_uptime
+        )
+        if rebooted:
+            self.boot = None
+        self.last_uptime = uptime
+        if wall is not None:
+            self.boot = wall - timedelta(seconds=uptime)
+            return wall
+        if self.boot is not None:
+            return self.boot + timedelta(seconds=uptime)
+        return None
+
+
+def _first_stamp(lines: Iterable[bytes], ctx: ReadContext) -> datetime | None:
+    for line in itertools.islice(lines, 50):
+        p = parse_prefix(decode_line(line[: ctx.max_line]), tz=ctx.tz, reference=ctx.reference)
+        if p.time is not None:
+            return p.time
+    return None
+
+
+def _last_stamp(block: bytes, ctx: ReadContext) -> datetime | None:
+    """The wall-clock time of one of the last lines of a block, if any carries one."""
+    tail = block[-16 * 1024 :].split(b"\n")
+    for line in reversed(tail[-20:]):
+        if line:
+            p = parse_prefix(decode_line(line[: ctx.max_line]), tz=ctx.tz, reference=ctx.reference)
+            if p.time is not None:
+                return p.time
+    return None
+
+
+def _long_lines(block: bytes, max_line: int) -> Iterator[int]:
+    """Start offsets of lines at least ``max_line`` bytes long (they are cut on reading)."""
+    if len(block) < max_line:
+        return
+    pattern = _LONG.get(max_line)
+    if pattern is None:
+        pattern = re.compile(rb"[^\n]{%d,}" % max_line)
+        _LONG[max_line] = pattern
+    for m in pattern.finditer(block):
+        yield m.start()
+
+
+_LONG: dict[int, re.Pattern[bytes]] = {}
+
+
+def _nul_lines(block: bytes) -> int:
+    """How many lines of a block contain a NUL byte."""
+    count, pos, line_end = 0, block.find(b"\0"), -1
+    while pos != -1:
+        if pos > line_end:
+            count += 1
+            nl = block.find(b"\n", pos)
+            line_end = len(block) if nl < 0 else nl
+        pos = block.find(b"\0", pos + 1)
+    return count
 
 
 def _skip_to_tail(handle: object, path: Path, max_bytes: int) -> None:
