@@ -42,6 +42,28 @@ class Literal:
     caseless: bool = False
 
 
+def _trie_pattern(words: Iterable[bytes]) -> bytes:
+    """A regex matching any of ``words``, with shared prefixes factored out."""
+    root: dict[int | None, Any] = {}
+    for word in words:
+        node = root
+        for byte in word:
+            node = node.setdefault(byte, {})
+        node[None] = True
+
+    def emit(node: dict[int | None, Any]) -> bytes:
+        branches = [
+            re.escape(bytes([key])) + emit(child)
+            for key, child in sorted((k, v) for k, v in node.items() if k is not None)
+        ]
+        if not branches:
+            return b""
+        body = branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
+        return b"(?:" + body + b")?" if None in node else body
+
+    return emit(root)
+
+
 def available_engines() -> list[str]:
     """Engines that can be used on this machine, fastest first."""
     out = []
@@ -99,10 +121,14 @@ class LiteralScanner:
             self._find = self._regex(re)
 
     def _pattern(self) -> bytes:
+        """One regex for all literals, factored as a trie (several times faster for ``re``)."""
+        exact = [lit.text for lit in self.literals if not lit.caseless]
+        folded = [lit.text.lower() for lit in self.literals if lit.caseless]
         parts = []
-        for lit in self.literals:
-            escaped = re.escape(lit.text)
-            parts.append(b"(?i:" + escaped + b")" if lit.caseless else escaped)
+        if exact:
+            parts.append(_trie_pattern(exact))
+        if folded:
+            parts.append(b"(?i:" + _trie_pattern(folded) + b")")
         return b"|".join(parts)
 
     def _regex(self, module: Any) -> Callable[[bytes], list[int]]:

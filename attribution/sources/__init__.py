@@ -334,11 +334,9 @@ class SourceReader:
             block, carry = buf[:cut], buf[cut:]
             stats.bytes += len(block)
             picked, owed = self._pick(block, selector, follow, owed, head_left)
-            n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
-            head_left = max(0, head_left - n_lines)
             stats.truncated += sum(1 for _ in _long_lines(block, max_line))
             stats.binary_lines += _nul_lines(block)
-            counted, pos = 0, 0
+            counted, pos = 0, 0  # newlines before the current pick: one pass over the block
             for start, emit in picked:
                 counted += block.count(b"\n", pos, start)
                 pos = start
@@ -347,6 +345,8 @@ class SourceReader:
                 yield _Raw(
                     lineno + counted + 1 if known else 0, offset + start, raw[:max_line], emit
                 )
+            n_lines = counted + block.count(b"\n", pos) + (0 if block.endswith(b"\n") else 1)
+            head_left = max(0, head_left - n_lines)
             lineno += n_lines
             stats.lines += n_lines
             offset += len(block)
@@ -507,18 +507,22 @@ def _last_stamp(block: bytes, ctx: ReadContext) -> datetime | None:
 
 
 def _long_lines(block: bytes, max_line: int) -> Iterator[int]:
-    """Start offsets of lines at least ``max_line`` bytes long (they are cut on reading)."""
-    if len(block) < max_line:
-        return
-    pattern = _LONG.get(max_line)
-    if pattern is None:
-        pattern = re.compile(rb"[^\n]{%d,}" % max_line)
-        _LONG[max_line] = pattern
-    for m in pattern.finditer(block):
-        yield m.start()
+    """Start offsets of lines at least ``max_line`` bytes long (they are cut on reading).
 
-
-_LONG: dict[int, re.Pattern[bytes]] = {}
+    Any such line covers a multiple of ``max_line``, so probing only those
+    offsets (and the line around each) finds them all in a few finds per block.
+    """
+    last = -1
+    for probe in range(0, len(block), max_line):
+        start = block.rfind(b"\n", 0, probe) + 1 if probe else 0
+        if start <= last:
+            continue
+        end = block.find(b"\n", probe)
+        if end < 0:
+            end = len(block)
+        if end - start >= max_line:
+            last = start
+            yield start
 
 
 def _nul_lines(block: bytes) -> int:
