@@ -18,7 +18,6 @@ from attribution.sources import (
     job_stream_for,
     node_stream_for,
 )
-from attribution.sources.reader import read_lines
 
 XID = (
     "NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
@@ -36,7 +35,10 @@ def test_plain_gzip_and_zstd_read_the_same(tmp_path: Path) -> None:
     (tmp_path / "plain.log").write_bytes(text)
     (tmp_path / "k.log.1.gz").write_bytes(gzip.compress(text))
     (tmp_path / "k.log.zst").write_bytes(zstandard.ZstdCompressor().compress(text))
-    results = [read_lines(tmp_path / n)[0] for n in ("plain.log", "k.log.1.gz", "k.log.zst")]
+    results = [
+        [ln.raw for ln in _read(SourceSpec(Stream.KERNEL, "n", [tmp_path / n]))[0]]
+        for n in ("plain.log", "k.log.1.gz", "k.log.zst")
+    ]
     assert results[0] == results[1] == results[2]
     assert results[0][-1] == XID.rstrip("\n")
 

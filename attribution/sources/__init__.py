@@ -26,7 +26,13 @@ from attribution.errors import SourceError
 from attribution.hostlist import short_name
 from attribution.model import Coverage, CoverageStatus, LogLine, SourceRef, Stream
 from attribution.sources.prefix import parse_prefix
-from attribution.sources.reader import DEFAULT_MAX_LINE, ReadStats, decode_line, open_log
+from attribution.sources.reader import (
+    DEFAULT_MAX_LINE,
+    LogHandle,
+    ReadStats,
+    decode_line,
+    open_log,
+)
 
 # file stem -> stream, for node directories of an evidence bundle
 NODE_FILE_STREAMS: dict[str, Stream] = {
@@ -92,7 +98,8 @@ ORDERED_STREAMS = frozenset(
     }
 )
 CHUNK = 8 << 20  # bytes read per block
-WINDOW_CHUNK = 64 << 10  # first block when reading by time window; doubles up to CHUNK
+WINDOW_CHUNK = 16 << 10  # first block when reading by time window; doubles up to CHUNK
+PROBE = 4 << 10  # bytes read at each bisection step (more if no timestamp is in them)
 HEAD_LINES = 200  # lines at the start of a file always parsed (boot-time anchors)
 
 
@@ -243,27 +250,32 @@ class SourceReader:
             return self.spec.display
         return [str(p) for p in self.spec.paths]
 
-    def _open(self, path: Path) -> io.BufferedIOBase:
+    def _open(self, path: Path) -> LogHandle:
         handle = open_log(path, nofollow=self.spec.nofollow)
-        if self.spec.owner_uid is not None:
-            info = os.fstat(handle.fileno()) if isinstance(handle, io.BufferedReader) else None
-            if info is not None and info.st_uid != self.spec.owner_uid:
-                handle.close()
-                raise SourceError(f"not owned by uid {self.spec.owner_uid}")
-        if self.spec.max_bytes is not None:
-            _skip_to_tail(handle, path, self.spec.max_bytes)
+        if (
+            self.spec.owner_uid is not None
+            and os.fstat(handle.fileno()).st_uid != self.spec.owner_uid
+        ):
+            handle.close()
+            raise SourceError(f"not owned by uid {self.spec.owner_uid}")
+        if self.spec.max_bytes is not None and isinstance(handle, io.FileIO):
+            _skip_to_tail(handle, self.spec.max_bytes)
         with contextlib.suppress(OSError):
             self.bytes_on_disk += path.stat().st_size
         return handle
 
     def _first_time(self, path: Path) -> datetime | None:
-        """The first wall-clock time in a file (a few KiB of its head), or None."""
+        """The first wall-clock time in a file (from a few KiB of its head), or None."""
         try:
             with open_log(path, nofollow=self.spec.nofollow) as handle:
-                head = handle.read(64 * 1024)
-        except (SourceError, OSError, EOFError, ValueError):
+                head = handle.read(PROBE)
+                stamp = _first_stamp(head.split(b"\n")[:-1] or [head], self.ctx)
+                if stamp is None and len(head) == PROBE:
+                    head += handle.read(16 * PROBE)
+                    stamp = _first_stamp(head.split(b"\n")[:-1] or [head], self.ctx)
+                return stamp
+        except (SourceError, OSError, EOFError, ValueError, zstandard.ZstdError):
             return None
-        return _first_stamp(head.split(b"\n")[:-1] or [head], self.ctx)
 
     def _outside(self, index: int, firsts: list[datetime | None]) -> bool:
         """A rotated file entirely before or after the window (judged by first timestamps)."""
@@ -277,15 +289,15 @@ class SourceReader:
         return bool(start is not None and later and later[0] < start - tol)
 
     def _blocks(
-        self, handle: io.BufferedIOBase, path: Path, stats: ReadStats, shown: str, windowed: bool
+        self, handle: LogHandle, path: Path, stats: ReadStats, shown: str, windowed: bool
     ) -> Iterator[_Raw]:
         """Selected raw lines of one file, in order, with their line numbers or offsets."""
         ctx = self.ctx
         selector = ctx.selectors.get(self.spec.stream) or EveryLine()
         follow = ctx.follow.get(self.spec.stream, 0)
         base = 0
-        if windowed and isinstance(handle, io.BufferedReader) and ctx.window and ctx.window[0]:
-            base = self._seek(handle, path, ctx.window[0] - timedelta(seconds=ctx.tolerance))
+        if windowed and isinstance(handle, io.FileIO) and ctx.window and ctx.window[0]:
+            base = self._seek(handle, stats, ctx.window[0] - timedelta(seconds=ctx.tolerance))
             if base:
                 self.notes.append(f"{shown}: read from byte {base}, the start of the job window")
         stop = None
@@ -388,37 +400,49 @@ class SourceReader:
         owed_next = left if starts or owed <= 0 else max(left, owed - (block.count(b"\n")))
         return sorted(chosen.items()), max(0, owed_next)
 
-    def _seek(self, handle: io.BufferedReader, path: Path, target: datetime) -> int:
-        """Byte offset of a line at or before the first line timed >= ``target`` (bisection)."""
+    def _seek(self, handle: io.FileIO, stats: ReadStats, target: datetime) -> int:
+        """Offset of a line start at or before the first line timed >= ``target`` (bisection).
+
+        Every probe reads ``PROBE`` bytes with ``pread`` (counted in ``stats.bytes``);
+        a file whose probes carry no wall-clock time is read from the start.
+        """
+        fd = handle.fileno()
         try:
-            size = path.stat().st_size
+            size = os.fstat(fd).st_size
         except OSError:
             return 0
         if size < self.ctx.seek_threshold:
             return 0
         lo, hi = 0, size
-        while hi - lo > (64 << 10):
+        while hi - lo > 4 * PROBE:
             mid = (lo + hi) // 2
-            stamp = self._stamp_at(handle, mid)
+            stamp = self._stamp_at(fd, mid, stats)
             if stamp is None:  # lines without wall-clock time: cannot bisect, read it all
-                handle.seek(0)
                 return 0
             if stamp < target:
                 lo = mid
             else:
                 hi = mid
         if lo == 0:
-            handle.seek(0)
             return 0
-        handle.seek(lo)
-        handle.readline()  # to the start of the next full line
-        return handle.tell()
+        tail = os.pread(fd, PROBE, lo)
+        stats.bytes += len(tail)
+        nl = tail.find(b"\n")
+        start = lo + nl + 1 if nl >= 0 else lo
+        handle.seek(start)
+        return start
 
-    def _stamp_at(self, handle: io.BufferedReader, offset: int) -> datetime | None:
-        handle.seek(offset)
-        probe = handle.read(256 * 1024)
-        lines = probe.split(b"\n")[1:-1]
-        return _first_stamp(lines, self.ctx)
+    def _stamp_at(self, fd: int, offset: int, stats: ReadStats) -> datetime | None:
+        """The first wall-clock time in the full lines after ``offset``."""
+        want = PROBE
+        while want <= 64 * PROBE:
+            probe = os.pread(fd, want, offset)
+            stats.bytes += len(probe)
+            stamp = _first_stamp(probe.split(b"\n")[1:-1], self.ctx)
+            if stamp is not None or len(probe) < want:
+                return stamp
+            want *= 4
+        return None
 
     # ------------------------------------------------------------------ lines
 
@@ -537,16 +561,16 @@ def _nul_lines(block: bytes) -> int:
     return count
 
 
-def _skip_to_tail(handle: object, path: Path, max_bytes: int) -> None:
-    """Seek a plain file to its last ``max_bytes`` bytes (compressed files are read whole)."""
-    seek = getattr(handle, "seek", None)
-    if seek is None:
-        return
+def _skip_to_tail(handle: io.FileIO, max_bytes: int) -> None:
+    """Position a plain file at the first full line of its last ``max_bytes`` bytes."""
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            seek(size - max_bytes)
-            handle.readline()  # type: ignore[attr-defined]  # drop the partial first line
+        size = os.fstat(handle.fileno()).st_size
+        if size <= max_bytes:
+            return
+        start = size - max_bytes
+        head = os.pread(handle.fileno(), PROBE, start)
+        nl = head.find(b"\n")
+        handle.seek(start + nl + 1 if nl >= 0 else start)
     except (OSError, ValueError):
         return
 

@@ -1,9 +1,10 @@
-"""Read log files safely: plain, gzip or zstd; bounded line length; never a traceback.
+"""Open log files safely: plain, gzip or zstd, never following links into files we should not read.
 
-Compression is recognised by magic bytes, not by the file name. Bytes that are
-not UTF-8 are replaced (U+FFFD) and NUL bytes dropped, so binary junk becomes
-visible text instead of an exception. Lines longer than ``max_line`` bytes are
-cut and the remainder skipped; the cut is counted in ``ReadStats.truncated``.
+Compression is recognised by magic bytes, not by the file name. Plain files
+are opened unbuffered so that the bytes a reader asks for are the bytes read
+from the disk (time-windowed reads depend on it). ``decode_line`` turns raw
+bytes into text without ever raising: bytes that are not UTF-8 are replaced
+(U+FFFD) and NUL bytes dropped, so binary junk becomes visible text.
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ import gzip
 import io
 import os
 import stat
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 import zstandard
 
@@ -24,12 +23,15 @@ from attribution.errors import SourceError
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 DEFAULT_MAX_LINE = 64 * 1024
-_CHUNK = 1 << 20
+_BUFFER = 1 << 20
+
+# What open_log returns: an unbuffered plain file (seekable), or a decompressing stream.
+LogHandle = io.RawIOBase | io.BufferedIOBase
 
 
 @dataclass(slots=True)
 class ReadStats:
-    """What was read from one file: bytes (decompressed), lines, lines cut short, decode errors."""
+    """What was read from one file: bytes (decompressed), lines, lines cut, lines with NULs."""
 
     bytes: int = 0
     lines: int = 0
@@ -38,7 +40,7 @@ class ReadStats:
     error: str | None = None
 
 
-def open_log(path: Path, *, nofollow: bool = False) -> io.BufferedIOBase:
+def open_log(path: Path, *, nofollow: bool = False) -> LogHandle:
     """Open a log file for binary reading, decompressing gzip/zstd transparently.
 
     Args:
@@ -46,9 +48,11 @@ def open_log(path: Path, *, nofollow: bool = False) -> io.BufferedIOBase:
         nofollow: refuse symbolic links (``O_NOFOLLOW``) and anything that is
             not a regular file; used for paths a job's owner controls.
 
+    Returns:
+        An unbuffered ``io.FileIO`` for plain files, else a decompressing reader.
+
     Raises:
-        SourceError: when the file is missing, unreadable, not a regular file
-            (with ``nofollow``) or has a corrupt compression header.
+        SourceError: when the file is missing, unreadable or not a regular file.
     """
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
     if nofollow:
@@ -61,27 +65,26 @@ def open_log(path: Path, *, nofollow: bool = False) -> io.BufferedIOBase:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise SourceError("not a regular file")
-        raw = cast(io.BufferedReader, os.fdopen(fd, "rb", buffering=_CHUNK))
+        head = os.pread(fd, 4, 0)
+    except OSError as exc:
+        os.close(fd)
+        raise SourceError(f"cannot read: {exc.strerror or exc}") from None
     except BaseException:
         os.close(fd)
         raise
-    try:
-        head = raw.peek(4)[:4]
-    except OSError as exc:
-        raw.close()
-        raise SourceError(f"cannot read: {exc.strerror or exc}") from None
+    raw = io.FileIO(fd, "rb", closefd=True)
     if head.startswith(GZIP_MAGIC):
-        return _Owning(gzip.GzipFile(fileobj=raw, mode="rb"), raw)
+        return _Owning(gzip.GzipFile(fileobj=io.BufferedReader(raw, _BUFFER), mode="rb"), raw)
     if head.startswith(ZSTD_MAGIC):
         reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=False)
-        return _Owning(io.BufferedReader(reader, buffer_size=_CHUNK), raw)
+        return _Owning(io.BufferedReader(reader, buffer_size=_BUFFER), raw)
     return raw
 
 
 class _Owning(io.BufferedIOBase):
     """A decompressing reader that also closes the file underneath it."""
 
-    def __init__(self, inner: io.BufferedIOBase, raw: io.BufferedIOBase) -> None:
+    def __init__(self, inner: io.BufferedIOBase, raw: io.RawIOBase) -> None:
         super().__init__()
         self._inner = inner
         self._raw = raw
@@ -89,11 +92,11 @@ class _Owning(io.BufferedIOBase):
     def readable(self) -> bool:
         return True
 
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
     def read(self, size: int | None = -1) -> bytes:
         return self._inner.read(-1 if size is None else size)
-
-    def readline(self, size: int | None = -1) -> bytes:
-        return self._inner.readline(-1 if size is None else size)
 
     def close(self) -> None:
         try:
@@ -103,54 +106,9 @@ class _Owning(io.BufferedIOBase):
             super().close()
 
 
-def iter_lines(
-    handle: io.BufferedIOBase, stats: ReadStats, *, max_line: int = DEFAULT_MAX_LINE
-) -> Iterator[str]:
-    """Yield decoded lines without their newline, at most ``max_line`` bytes each.
-
-    Counts into ``stats``. A read or decompression error stops the iteration
-    and is recorded in ``stats.error`` (never raised).
-    """
-    readline = handle.readline
-    try:
-        while True:
-            chunk = readline(max_line)
-            if not chunk:
-                return
-            stats.bytes += len(chunk)
-            if not chunk.endswith(b"\n") and len(chunk) >= max_line:
-                stats.truncated += 1
-                # skip the rest of this over-long line without holding it in memory
-                while True:
-                    rest = readline(_CHUNK)
-                    stats.bytes += len(rest)
-                    if not rest or rest.endswith(b"\n"):
-                        break
-            stats.lines += 1
-            yield decode_line(chunk, stats)
-    except (OSError, EOFError, zstandard.ZstdError, gzip.BadGzipFile) as exc:
-        stats.error = f"read error after {stats.lines} lines: {exc}"
-
-
-def decode_line(chunk: bytes, stats: ReadStats | None = None) -> str:
-    """Decode one line of bytes: UTF-8 with replacement, NULs and the newline removed."""
+def decode_line(chunk: bytes) -> str:
+    """Decode one line of bytes: UTF-8 with replacement, NULs and the line ending removed."""
     if b"\x00" in chunk:
         chunk = chunk.replace(b"\x00", b"")
-        if stats is not None:
-            stats.binary_lines += 1
     text = chunk.decode("utf-8", errors="replace")
     return text.rstrip("\r\n")
-
-
-def read_lines(
-    path: Path, *, max_line: int = DEFAULT_MAX_LINE, nofollow: bool = False
-) -> tuple[list[str], ReadStats]:
-    """Read a whole (small) file into a list of lines; see ``open_log``/``iter_lines``.
-
-    Raises:
-        SourceError: when the file cannot be opened.
-    """
-    stats = ReadStats()
-    with open_log(path, nofollow=nofollow) as handle:
-        lines = list(iter_lines(handle, stats, max_line=max_line))
-    return lines, stats
