@@ -43,7 +43,7 @@ from attribution.scan import Literal, LiteralScanner, available_engines  # noqa:
 BENIGN = [
     "[2025-06-01 10:{m:02d}:{s:02d},118] [INFO] step {i} loss {loss:.4f} lr 3.0e-04 grad_norm 1.{g:03d} tokens/s 81{t:03d}",
     "gpu{n:03d}:{p}:{p2} [{d}] NCCL INFO Channel {c:02d}/32 : {d} {d2} via P2P/IPC/read",
-    "Jun  1 10:{m:02d}:{s:02d} gpu{n:03d} kernel: [{up}.{us:06d}] audit: type=1400 audit({up}.{us}:1): apparmor=\"STATUSONLY\"",
+    'Jun  1 10:{m:02d}:{s:02d} gpu{n:03d} kernel: [{up}.{us:06d}] audit: type=1400 audit({up}.{us}:1): apparmor="STATUSONLY"',
     "Epoch 3:  {pct}%|#####     | {i}/100000 [12:{m:02d}<20:{s:02d}, 81.{g:02d}it/s, loss={loss:.3f}]",
     "Jun  1 10:{m:02d}:{s:02d} gpu{n:03d} systemd[1]: Started Session {i} of user slurm.",
     "[rank{d}]:[I0601 10:{m:02d}:{s:02d}.{us:06d} ProcessGroupNCCL.cpp:912] [PG 0 Rank {d}] ProcessGroupNCCL initialization options: size: 1024",
@@ -80,9 +80,21 @@ def write_corpus(path: Path, size: int, seed: int) -> None:
                     line = "x" * rnd.randrange(70_000, 200_000)  # a huge line
                 else:
                     line = rnd.choice(BENIGN).format(
-                        i=i, m=i % 60, s=(i // 60) % 60, loss=rnd.random() * 3, g=i % 1000, t=i % 1000,
-                        n=i % 1024, p=1000 + i % 97, p2=2000 + i % 89, d=i % 8, d2=(i + 1) % 8,
-                        c=i % 32, up=100000 + i // 10, us=i % 1000000, pct=i % 100,
+                        i=i,
+                        m=i % 60,
+                        s=(i // 60) % 60,
+                        loss=rnd.random() * 3,
+                        g=i % 1000,
+                        t=i % 1000,
+                        n=i % 1024,
+                        p=1000 + i % 97,
+                        p2=2000 + i % 89,
+                        d=i % 8,
+                        d2=(i + 1) % 8,
+                        c=i % 32,
+                        up=100000 + i // 10,
+                        us=i % 1000000,
+                        pct=i % 100,
                     )
                 data = line.encode()
                 if rnd.random() < 0.0005:
@@ -101,8 +113,11 @@ def find_rg() -> str:
     if not (bindir / "rg").exists():
         uv = shutil.which("uv")
         # wheels only: the newest release may be source-only (a Rust build)
-        cmd = [uv, "pip", "install", "--only-binary", ":all:", "--python", sys.executable, "ripgrep"] if uv else [
-            sys.executable, "-m", "pip", "install", "--only-binary", ":all:", "ripgrep"]
+        cmd = (
+            [uv, "pip", "install", "--only-binary", ":all:", "--python", sys.executable, "ripgrep"]
+            if uv
+            else [sys.executable, "-m", "pip", "install", "--only-binary", ":all:", "ripgrep"]
+        )
         print("installing ripgrep from PyPI:", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return str(bindir / "rg")
@@ -141,7 +156,17 @@ def scan_offsets(path: Path, scanner: LiteralScanner) -> set[int]:
 
 
 def scan_offsets_rg(rg: str, path: Path, patterns: Path) -> set[int]:
-    cmd = [rg, "--byte-offset", "--no-line-number", "--no-filename", "-a", "-F", "-f", str(patterns), str(path)]
+    cmd = [
+        rg,
+        "--byte-offset",
+        "--no-line-number",
+        "--no-filename",
+        "-a",
+        "-F",
+        "-f",
+        str(patterns),
+        str(path),
+    ]
     out = subprocess.run(cmd, capture_output=True, check=False).stdout
     return {int(line.split(b":", 1)[0]) for line in out.splitlines() if line}
 
@@ -177,15 +202,21 @@ def main() -> None:
         write_corpus(corpus, args.size_mb << 20, args.seed)
     size_mb = corpus.stat().st_size / 1e6
     rules = load_ruleset()
-    literals = sorted({(lit, ex.rule.match.ignore_case) for ex in rules.extractors for lit in ex.literals})
+    literals = sorted(
+        {(lit, ex.rule.match.ignore_case) for ex in rules.extractors for lit in ex.literals}
+    )
     patterns = workdir / "literals.txt"
     patterns.write_text("\n".join(lit for lit, caseless in literals if not caseless) + "\n")
     exact = [Literal(lit.encode()) for lit, caseless in literals if not caseless]
-    print(f"corpus: {size_mb:.0f} MB, {len(exact)} literals (case-sensitive ones; ripgrep -F takes one case mode)")
+    print(
+        f"corpus: {size_mb:.0f} MB, {len(exact)} literals (case-sensitive ones; ripgrep -F takes one case mode)"
+    )
     os.system(f"cat {corpus} > /dev/null")  # warm the page cache
 
     rg = find_rg()
-    rg_version = subprocess.run([rg, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+    rg_version = subprocess.run([rg, "--version"], capture_output=True, text=True).stdout.split(
+        "\n"
+    )[0]
     rg_time, rg_lines = best_of(3, lambda: scan_offsets_rg(rg, corpus, patterns))
     print(f"{'method':<28}{'MB/s':>10}{'vs ripgrep':>12}  lines  same")
     print(f"{rg_version:<28}{size_mb / rg_time:>10.0f}{1.0:>11.2f}x  {len(rg_lines):>5}  -")
@@ -194,7 +225,9 @@ def main() -> None:
         runs = 1 if engine == "python" and size_mb > 300 else 3
         t, ours = best_of(runs, lambda s=scanner: scan_offsets(corpus, s))
         same = "yes" if ours == rg_lines else f"NO ({len(ours ^ rg_lines)} differ)"
-        print(f"{'attribution/' + engine:<28}{size_mb / t:>10.0f}{rg_time / t:>11.2f}x  {len(ours):>5}  {same}")
+        print(
+            f"{'attribution/' + engine:<28}{size_mb / t:>10.0f}{rg_time / t:>11.2f}x  {len(ours):>5}  {same}"
+        )
     t, events = best_of(1, lambda: pipeline(corpus))
     print(f"{'attribution pipeline':<28}{size_mb / t:>10.0f}{rg_time / t:>11.2f}x  events={events}")
 

@@ -98,8 +98,9 @@ ORDERED_STREAMS = frozenset(
     }
 )
 CHUNK = 8 << 20  # bytes read per block
-WINDOW_CHUNK = 16 << 10  # first block when reading by time window; doubles up to CHUNK
-PROBE = 4 << 10  # bytes read at each bisection step (more if no timestamp is in them)
+WINDOW_CHUNK = 16 << 10  # first block when reading by time window; doubles up to WINDOW_MAX
+WINDOW_MAX = 256 << 10  # small blocks by time window: the read stops soon after the window
+PROBE = 1 << 10  # bytes read at each bisection step (more if no timestamp is in them)
 HEAD_LINES = 200  # lines at the start of a file always parsed (boot-time anchors)
 
 
@@ -144,7 +145,7 @@ class ReadContext:
     follow: Mapping[Stream, int] = field(default_factory=dict)
     window: tuple[datetime | None, datetime | None] | None = None
     tolerance: float = 600.0
-    seek_threshold: int = 32 << 20
+    seek_threshold: int = 1 << 20
 
 
 @dataclass(slots=True)
@@ -315,7 +316,7 @@ class SourceReader:
         while True:
             try:
                 data = handle.read(size)
-                size = min(CHUNK, size * 2)
+                size = min(WINDOW_MAX if stop is not None else CHUNK, size * 2)
             except (OSError, EOFError, ValueError, zstandard.ZstdError, gzip.BadGzipFile) as exc:
                 stats.error = f"read error after {stats.lines} lines: {exc}"
                 return
@@ -435,7 +436,7 @@ class SourceReader:
     def _stamp_at(self, fd: int, offset: int, stats: ReadStats) -> datetime | None:
         """The first wall-clock time in the full lines after ``offset``."""
         want = PROBE
-        while want <= 64 * PROBE:
+        while want <= 256 * PROBE:
             probe = os.pread(fd, want, offset)
             stats.bytes += len(probe)
             stamp = _first_stamp(probe.split(b"\n")[1:-1], self.ctx)
