@@ -190,11 +190,13 @@ def diagnose_bundle(
     options: AnalysisOptions | None = None,
     diagnosed_at: datetime | None = None,
     engine: str | None = None,
+    workers: int = 8,
 ) -> tuple[Bundle, Verdict]:
     """Load a bundle and diagnose it with ``analyze``.
 
     ``engine`` picks the line pre-filter (``hyperscan``, ``re2``, ``python``;
-    default: the fastest available); every engine gives the same verdict.
+    default: the fastest available) and ``workers`` how many sources are read
+    ahead in threads; neither changes the verdict.
 
     Raises:
         BundleError: when the bundle itself is unusable (the logs never raise).
@@ -203,7 +205,7 @@ def diagnose_bundle(
     job = bundle.job
     opts = options or AnalysisOptions()
     ctx = read_context(job, ruleset, window=read_window(job, opts), engine=engine)
-    readers, lines = read_sources(bundle.specs, ctx)
+    readers, lines = read_sources(bundle.specs, ctx, workers=workers)
     verdict = analyze(
         job,
         lines,

@@ -69,6 +69,13 @@ def test_engines_agree_on_random_bytes(data: bytes) -> None:
     assert answers["python"] == _reference(data, LITS)
 
 
+@pytest.mark.parametrize("bundle", BUNDLES[:12], ids=[b.name for b in BUNDLES[:12]])
+def test_verdicts_do_not_depend_on_read_ahead(bundle: Path, ruleset: RuleSet) -> None:
+    serial = verdict_to_dict(diagnose_bundle(bundle, ruleset, workers=1)[1])
+    threaded = verdict_to_dict(diagnose_bundle(bundle, ruleset, workers=4)[1])
+    assert serial == threaded
+
+
 @pytest.mark.skipif(len(ENGINES) < 2, reason="only the pure-Python engine is installed here")
 @pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
 def test_verdicts_do_not_depend_on_the_engine(bundle: Path, ruleset: RuleSet) -> None:
