@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ByteSize,
@@ -51,21 +52,23 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _check_templates(values: list[str]) -> list[str]:
-    for template in values:
-        if not template.startswith("/"):
-            raise ValueError(f"{template!r}: a path template must be absolute")
-        try:
-            names = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
-        except ValueError as exc:
-            raise ValueError(f"{template!r}: {exc}") from None
-        unknown = names - PLACEHOLDERS
-        if unknown:
-            raise ValueError(
-                f"{template!r}: unknown placeholder {{{sorted(unknown)[0]}}} "
-                "(use {node} and {cluster})"
-            )
-    return values
+def _check_template(template: str) -> str:
+    if not template.startswith("/"):
+        raise ValueError(f"{template!r}: a path template must be absolute")
+    try:
+        names = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    except ValueError as exc:
+        raise ValueError(f"{template!r}: {exc}") from None
+    unknown = names - PLACEHOLDERS
+    if unknown:
+        first = sorted(unknown)[0]
+        raise ValueError(
+            f"{template!r}: unknown placeholder {{{first}}} (use {{node}} and {{cluster}})"
+        )
+    return template
+
+
+Template = Annotated[str, AfterValidator(_check_template)]
 
 
 class LogPaths(_Strict):
@@ -75,17 +78,13 @@ class LogPaths(_Strict):
     many seconds cannot hold lines of the job and are skipped.
     """
 
-    kernel: list[str] = []
-    syslog: list[str] = []
-    fabricmanager: list[str] = []
-    dcgm: list[str] = []
-    slurmd: list[str] = []
-    slurmctld: list[str] = []
+    kernel: list[Template] = []
+    syslog: list[Template] = []
+    fabricmanager: list[Template] = []
+    dcgm: list[Template] = []
+    slurmd: list[Template] = []
+    slurmctld: list[Template] = []
     file_margin: Duration = 3600.0
-
-    _templates = field_validator(
-        "kernel", "syslog", "fabricmanager", "dcgm", "slurmd", "slurmctld"
-    )(_check_templates)
 
 
 class JobOutput(_Strict):

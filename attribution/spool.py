@@ -197,6 +197,7 @@ class Spool:
         retry time.
         """
         out: list[Pending] = []
+        waiting = set(os.listdir(self.dir("retry")))
         for path in self.dir("new").iterdir():
             if path.name.startswith("."):
                 continue
@@ -204,8 +205,10 @@ class Spool:
                 mtime = path.stat().st_mtime
             except FileNotFoundError:
                 continue  # claimed meanwhile
-            state = self._retry_state(path.name)
-            ready = max(mtime + settle, float(state.get("next_at", 0.0)))
+            ready = mtime + settle
+            if f"{path.name}.json" in waiting:
+                state = self._retry_state(path.name)
+                ready = max(ready, float(state.get("next_at", 0.0)))
             out.append(Pending(path.name, mtime, ready))
         out.sort(key=lambda p: (p.spooled_at, p.key))
         return out

@@ -24,7 +24,7 @@ from attribution.errors import Location, SpoolError
 
 ENTRY_MAGIC = "# attribution-spool 1"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_KEY_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_KEY_BYTE = re.compile(r"[A-Za-z0-9._-]")
 _C_ESCAPES = {
     "a": "\a",
     "b": "\b",
@@ -60,10 +60,12 @@ class HookEntry:
 def sanitize_key(raw: str) -> str:
     """Make a spool key safe as a file name, exactly as the hook does.
 
-    Characters outside ``[A-Za-z0-9._-]`` become ``_``; a leading dot gets a
-    ``_`` in front. ``"../x"`` -> ``"_.._x"``.
+    Bytes outside ``[A-Za-z0-9._-]`` become ``_`` (a two-byte UTF-8 character
+    gives two); a leading dot gets a ``_`` in front. ``"../x"`` -> ``"_.._x"``.
     """
-    out = _KEY_SAFE.sub("_", raw)
+    # byte by byte, as the hook's shell loop sees a multi-byte character
+    data = raw.encode("utf-8", errors="surrogateescape")
+    out = "".join(chr(b) if _KEY_BYTE.match(chr(b)) else "_" for b in data)
     return "_" + out if out.startswith(".") else out
 
 
@@ -98,8 +100,8 @@ class _Scanner:
         self.pos = 0
         self.source = source
 
-    def error(self, message: str) -> SpoolError:
-        line = self.text.count("\n", 0, self.pos) + 1
+    def error(self, message: str, at: int | None = None) -> SpoolError:
+        line = self.text.count("\n", 0, self.pos if at is None else at) + 1
         return SpoolError(message, Location(self.source, line))
 
     def peek(self, offset: int = 0) -> str:
@@ -143,18 +145,19 @@ class _Scanner:
     def _single(self) -> str:
         end = self.text.find("'", self.pos + 1)
         if end < 0:
-            raise self.error("unterminated single quote")
+            raise self.error("unterminated single quote", self.pos)
         value = self.text[self.pos + 1 : end]
         self.pos = end + 1
         return value
 
     def _double(self) -> str:
+        start = self.pos
         self.pos += 1
         out: list[str] = []
         while True:
             ch = self.peek()
             if ch == "":
-                raise self.error("unterminated double quote")
+                raise self.error("unterminated double quote", start)
             if ch == '"':
                 self.pos += 1
                 return "".join(out)
@@ -167,43 +170,46 @@ class _Scanner:
             self.pos += 1
 
     def _ansi_c(self) -> str:
+        # bash writes non-ASCII bytes as octal escapes (\303\274 for "ü" in the C
+        # locale), so the value is built as bytes and decoded as UTF-8 at the end.
+        start = self.pos - 1
         self.pos += 1  # the opening quote
-        out: list[str] = []
+        out = bytearray()
         while True:
             ch = self.peek()
             if ch == "":
-                raise self.error("unterminated $'...' quote")
+                raise self.error("unterminated $'...' quote", start)
             if ch == "'":
                 self.pos += 1
-                return "".join(out)
+                return out.decode("utf-8", errors="replace")
             if ch != "\\":
-                out.append(ch)
+                out += ch.encode("utf-8")
                 self.pos += 1
                 continue
-            out.append(self._ansi_escape())
+            out += self._ansi_escape()
 
-    def _ansi_escape(self) -> str:
+    def _ansi_escape(self) -> bytes:
         esc = self.peek(1)
         self.pos += 2
         if esc in _C_ESCAPES:
-            return _C_ESCAPES[esc]
-        if esc in "01234567":
+            return _C_ESCAPES[esc].encode()
+        if esc and esc in "01234567":
             digits = esc + self._take("01234567", 2)
-            return chr(int(digits, 8) & 0xFF)
+            return bytes([int(digits, 8) & 0xFF])
         if esc == "x":
             digits = self._take("0123456789abcdefABCDEF", 2)
-            return chr(int(digits, 16)) if digits else "\\x"
+            return bytes([int(digits, 16)]) if digits else b"\\x"
         if esc in ("u", "U"):
             digits = self._take("0123456789abcdefABCDEF", 4 if esc == "u" else 8)
             try:
-                return chr(int(digits, 16)) if digits else "\\" + esc
+                return chr(int(digits, 16)).encode("utf-8") if digits else b"\\" + esc.encode()
             except (ValueError, OverflowError):
-                return "\ufffd"
+                return "\ufffd".encode()
         if esc == "c":
             ctl = self.peek()
             self.pos += 1
-            return chr(ord(ctl) & 0x1F) if ctl else ""
-        return "\\" + esc
+            return bytes([ord(ctl) & 0x1F]) if ctl else b""
+        return ("\\" + esc).encode("utf-8")
 
     def _take(self, allowed: str, limit: int) -> str:
         start = self.pos
