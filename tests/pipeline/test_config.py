@@ -78,3 +78,11 @@ def test_explicit_path_must_exist(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         load_config(tmp_path / "nope.yaml")
     monkeypatch.setenv("ATTRIBUTION_CONFIG", str(write(tmp_path, "record_pass: true\n")))
     assert load_config().record_pass is True
+
+
+def test_shipped_example_file_is_valid() -> None:
+    from tests.pipeline.conftest import REPO
+
+    config = load_config(REPO / "contrib" / "config.yaml.example")
+    assert config.logs.fabricmanager == ["/var/log/hosts/{node}/nv-fabricmanager.log*"]
+    assert config.retries.backoff_max == 3600
