@@ -34,7 +34,7 @@ from attribution.errors import AttributionError, SpoolError
 from attribution.model import JobRecord, Verdict
 from attribution.rules.loader import RuleSet, load_ruleset
 from attribution.slurm import JobRef, NotReady, SlurmBackend, make_backend
-from attribution.slurm.admincomment import format_admin_comment, plan_comment
+from attribution.slurm.admincomment import format_admin_comment, is_own_comment, plan_comment
 from attribution.slurm.hookenv import parse_entry
 from attribution.sources import ReadContext, read_sources
 from attribution.spool import Claimed, RetryPolicy, Spool
@@ -134,7 +134,7 @@ class Worker:
         try:
             admin = self.backend.get_comment(job, "AdminComment")
             system = None
-            if settings.foreign == "system_comment" and admin and not admin.startswith("sattr"):
+            if settings.foreign == "system_comment" and not is_own_comment(admin):
                 system = self.backend.get_comment(job, "SystemComment")
             plan = plan_comment(line, admin, system, settings.foreign)
             if plan.field is not None:
