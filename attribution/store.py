@@ -138,9 +138,7 @@ class Store:
             if readonly:
                 if not self.path.is_file():
                     raise StoreError("no verdict store here", Location(str(self.path)))
-                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-                self.db = Database(conn)
-                self.db.execute("SELECT 1 FROM verdicts LIMIT 1").fetchall()
+                self.db = self._open_readonly()
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.db = Database(self.path)
@@ -151,6 +149,26 @@ class Store:
             raise StoreError(
                 f"cannot open verdict store: {exc}", Location(str(self.path))
             ) from None
+
+    def _open_readonly(self) -> Database:
+        """Open for reading only (``sattr`` run by users who may not write here).
+
+        A WAL database needs its ``-shm`` file; when no writer has it open the
+        file is gone and a reader without write access to the directory cannot
+        create it ("attempt to write a readonly database"). With no ``-wal``
+        file every committed change is in the main file, so it is then opened
+        as immutable instead.
+        """
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        try:
+            conn.execute("SELECT 1 FROM verdicts LIMIT 1").fetchall()
+        except sqlite3.OperationalError:
+            conn.close()
+            if Path(f"{self.path}-wal").exists():
+                raise
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True)
+            conn.execute("SELECT 1 FROM verdicts LIMIT 1").fetchall()
+        return Database(conn)
 
     def close(self) -> None:
         self.db.close()

@@ -440,6 +440,12 @@ def run_as(user: str, args: list[str]) -> tuple[int, str]:
 def test_users_see_only_their_own_jobs(battery: Battery) -> None:
     user = battery.cluster.user
     cfg = ["--config", str(battery.config)]
+    # With no writer open, SQLite removes the -wal/-shm files; a reader who may not write
+    # the directory must still be able to read (Store opens it immutable then).
+    from attribution.store import Store
+
+    Store(battery.store).close()
+    assert not Path(f"{battery.store}-wal").exists()
     rc, out = run_as(user, ["list", "--json", "--since", "1d", *cfg])
     assert rc == 0, out
     rows = json.loads(out)
