@@ -440,12 +440,6 @@ def run_as(user: str, args: list[str]) -> tuple[int, str]:
 def test_users_see_only_their_own_jobs(battery: Battery) -> None:
     user = battery.cluster.user
     cfg = ["--config", str(battery.config)]
-    # With no writer open, SQLite removes the -wal/-shm files; a reader who may not write
-    # the directory must still be able to read (Store opens it immutable then).
-    from attribution.store import Store
-
-    Store(battery.store).close()
-    assert not Path(f"{battery.store}-wal").exists()
     rc, out = run_as(user, ["list", "--json", "--since", "1d", *cfg])
     assert rc == 0, out
     rows = json.loads(out)
@@ -457,6 +451,28 @@ def test_users_see_only_their_own_jobs(battery: Battery) -> None:
     rc, out = run_as(user, [battery.ids["nodefail"], *cfg])  # root's job
     assert rc == 1
     assert "belongs to another user" in out
+
+
+def test_reader_without_wal_files(battery: Battery) -> None:
+    """With no writer open, SQLite removes a WAL database's -wal/-shm files; a user who may
+    not write the directory must still be able to read it."""
+    copy = battery.base / "snapshot" / "verdicts.sqlite"
+    copy.parent.mkdir(mode=0o755)
+    src = sqlite3.connect(battery.store)
+    dst = sqlite3.connect(copy)
+    src.backup(dst)
+    dst.execute("PRAGMA journal_mode=WAL")
+    src.close()
+    dst.close()
+    copy.chmod(0o644)
+    assert not Path(f"{copy}-wal").exists()
+    assert not Path(f"{copy}-shm").exists()
+    rc, out = run_as(
+        battery.cluster.user,
+        [battery.ids["cancel"], "--json", "--db", str(copy), "--config", str(battery.config)],
+    )
+    assert rc == 0, out
+    assert json.loads(out)["cause"]["id"] == "cancelled-by-owner"
 
 
 def test_unreadable_store_falls_back_to_sacct(battery: Battery) -> None:
