@@ -75,6 +75,10 @@ def main() -> None:
 
     \b
     sattr JOBID                 show a job's verdict (same as 'sattr show JOBID')
+    sattr list                  list verdicts (--since --state --sub-domain --node --user)
+    sattr worker                turn spooled jobs into verdicts (the systemd service)
+    sattr enqueue JOBID         (re)queue a job for the worker
+    sattr rediagnose JOBID      diagnose stored jobs again with the current rules
     sattr diagnose BUNDLE       diagnose an evidence bundle offline
     sattr backtest DIR...       score bundles against their expected.yaml
     sattr demo                  diagnose the bundled sample jobs
@@ -233,40 +237,398 @@ def demo(db: str | None, as_json: bool, rule_dirs: tuple[str, ...]) -> None:
         sys.exit(1)
 
 
-# --------------------------------------------------------------------- show
+# --------------------------------------------------------------------- live commands
 
-
-@main.command()
-@click.argument("job")
-@click.option(
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    envvar="ATTRIBUTION_CONFIG",
+    default=None,
+    help="Configuration file (default: /etc/attribution/config.yaml).",
+)
+db_option = click.option(
     "--db",
     type=click.Path(dir_okay=False),
     envvar="ATTRIBUTION_DB",
     default=None,
-    help="Verdict store (default: from the config file).",
+    help="Verdict store (default: 'store' in the configuration).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
-def show(job: str, db: str | None, as_json: bool) -> None:
-    """Show the stored verdict of JOB (job id, A_T array task, or SLUID)."""
-    from attribution.store import Store
 
-    path = Path(db) if db else _default_demo_db()
-    if not path.exists():
-        fail(f"{path}: no verdict store (set --db or ATTRIBUTION_DB)")
+
+def _config(path: str | None) -> Any:
+    from attribution.config import load_config
+
     try:
-        with Store(path, readonly=True) as store:
-            found = store.find(job)
+        return load_config(path)
     except AttributionError as exc:
         fail(str(exc))
-    if not found:
-        fail(f"no verdict for job {job} in {path}")
+
+
+class Viewer:
+    """Who runs ``sattr``: uid, user name, and whether they may see every job."""
+
+    def __init__(self, admin_groups: Sequence[str]) -> None:
+        import grp
+        import pwd
+
+        self.uid = os.getuid()
+        try:
+            self.name: str | None = pwd.getpwuid(self.uid).pw_name
+        except KeyError:
+            self.name = None
+        groups: set[str] = set()
+        for gid in {os.getgid(), *os.getgroups()}:
+            try:
+                groups.add(grp.getgrgid(gid).gr_name)
+            except KeyError:
+                continue
+        self.admin = self.uid == 0 or bool(groups & set(admin_groups))
+
+    def owns(self, uid: Any, user: Any) -> bool:
+        if self.admin:
+            return True
+        if uid is not None and str(uid).isdigit():
+            return int(uid) == self.uid
+        return user is not None and user == self.name
+
+
+def _open_store(path: Path) -> Any:
+    from attribution.store import Store
+
+    return Store(path, readonly=True)
+
+
+def _show_from_sacct(job: str, viewer: Viewer, store_problem: str, as_json: bool) -> None:
+    """Fallback for users who cannot read the store: the AdminComment line from sacct."""
+    from attribution.errors import SlurmError
+    from attribution.slurm import JobRef
+    from attribution.slurm.admincomment import parse_admin_comment
+    from attribution.slurm.cli import CliBackend
+
+    try:
+        row = CliBackend(retries=0).whoami_record(JobRef.parse(job))
+    except SlurmError as exc:
+        fail(f"{store_problem}; and sacct could not be asked: {exc}")
+    if row is None:
+        fail(f"{store_problem}; and sacct does not know job {job}")
+    if not viewer.owns(row.get("UID"), row.get("User")):
+        fail(f"job {job} belongs to another user")
+    comment = row.get("AdminComment") or ""
+    parsed = parse_admin_comment(comment)
     if as_json:
-        _emit_json(found[0])
+        _emit_json(
+            {
+                "source": "sacct AdminComment",
+                "note": store_problem,
+                "job_id": row.get("JobID"),
+                "user": row.get("User"),
+                "state": row.get("State"),
+                "admin_comment": comment or None,
+                "verdict": parsed,
+            }
+        )
         return
+    click.echo(f"Note: {store_problem}; showing the verdict line from sacct's AdminComment.")
+    click.echo(f"Job {row.get('JobID')} · user {row.get('User')} · {row.get('State')}")
+    if parsed is None:
+        click.echo(
+            "No verdict recorded in AdminComment yet (the worker may not have run, or "
+            "AdminComment write-back is off at this site; ask your administrators)."
+        )
+        return
+    click.echo(comment)
+    for name in ("terminal_state", "sub_domain", "cause", "nodes"):
+        if name in parsed:
+            click.echo(f"  {name}: {parsed[name]}")
+
+
+@main.command()
+@click.argument("job")
+@config_option
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@click.option("-v", "--verbose", is_flag=True, help="Show examples and full coverage.")
+def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbose: bool) -> None:
+    """Show the verdict of JOB (a job id, an array task A_T, or a SLUID).
+
+    Administrators read the verdict store. Users see only their own jobs; when
+    the store is not readable to them, the one-line verdict is taken from the
+    job's AdminComment through sacct.
+    """
+    config = _config(config_path)
+    viewer = Viewer(config.admin_groups)
+    path = Path(db) if db else Path(config.store)
+    try:
+        with _open_store(path) as store:
+            found = store.find(job)
+            rows = {
+                r["key"]: r
+                for r in store.rows(
+                    "job_id = ? OR display_id = ? OR key = ? OR sluid = ?", [job, job, job, job]
+                )
+            }
+    except AttributionError as exc:
+        _show_from_sacct(job, viewer, f"the verdict store is not readable ({exc})", as_json)
+        return
+    if not found:
+        fail(
+            f"no verdict for job {job} in {path} (not processed yet? "
+            f"an administrator can run 'sattr enqueue {job}')"
+        )
+    mine = [
+        v for v in found if viewer.owns(v.get("job", {}).get("uid"), v.get("job", {}).get("user"))
+    ]
+    if not mine:
+        fail(f"job {job} belongs to another user")
     from attribution.render import verdict_view
     from attribution.verdictjson import verdict_from_dict
 
-    _console().print(verdict_view(verdict_from_dict(found[0])))
+    data = mine[0]
+    verdict = verdict_from_dict(data)
+    row: dict[str, Any] = rows.get(verdict.job.key) or {}
+    if as_json:
+        out = dict(data)
+        out["record"] = {
+            "admin_comment_status": row.get("admin_comment_status"),
+            "admin_comment": row.get("admin_comment"),
+            "spooled_at": row.get("spooled_at"),
+        }
+        _emit_json(out)
+        return
+    console = _console()
+    console.print(verdict_view(verdict, verbose=verbose))
+    if row.get("admin_comment_status"):
+        console.print(
+            f"AdminComment: {row.get('admin_comment_status')}"
+            + (f" ({row.get('admin_comment')})" if row.get("admin_comment") else ""),
+            style="dim",
+        )
+    if len(mine) > 1:
+        console.print(f"{len(mine) - 1} earlier run(s) of this job have verdicts too.", style="dim")
+
+
+def _since(value: str) -> str:
+    from datetime import UTC, datetime, timedelta
+
+    from attribution.model import to_jsonable
+    from attribution.timeutil import parse_duration, parse_iso
+
+    try:
+        start = datetime.now(UTC) - timedelta(seconds=parse_duration(value))
+    except ValueError:
+        parsed = parse_iso(value)
+        if parsed is None:
+            fail(f"--since {value!r}: use a duration (12h, 7d) or a date (2026-11-30)")
+        start = parsed
+    return str(to_jsonable(start))
+
+
+@main.command("list")
+@config_option
+@db_option
+@click.option(
+    "--since", default="7d", show_default=True, help="Jobs that ended since (7d, 2026-11-30)."
+)
+@click.option("--state", help="Verdict terminal state (fail, timeout, ...) or Slurm state.")
+@click.option("--sub-domain", help="hardware, system_software, infrastructure, application, ...")
+@click.option("--node", help="Jobs that ran on NODE or blame it.")
+@click.option("--user", help="Jobs of USER (administrators only; users see their own).")
+@click.option("--limit", type=int, default=200, show_default=True, help="At most this many rows.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+def list_(
+    config_path: str | None,
+    db: str | None,
+    since: str,
+    state: str | None,
+    sub_domain: str | None,
+    node: str | None,
+    user: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List stored verdicts, newest first."""
+    config = _config(config_path)
+    viewer = Viewer(config.admin_groups)
+    where = ['"end" >= ?']
+    params: list[Any] = [_since(since)]
+    if state:
+        where.append("(terminal_state = ? OR state = ?)")
+        params += [state.lower(), state.upper()]
+    if sub_domain:
+        where.append("sub_domain = ?")
+        params.append(sub_domain.lower())
+    if node:
+        where.append(
+            "(key IN (SELECT key FROM responsible WHERE node = ?) OR EXISTS "
+            "(SELECT 1 FROM json_each(verdicts.verdict, '$.job.nodes') WHERE value = ?))"
+        )
+        params += [node, node]
+    if not viewer.admin:
+        where.append("(uid = ? OR (uid IS NULL AND user = ?))")
+        params += [viewer.uid, viewer.name]
+    if user:
+        where.append("user = ?")
+        params.append(user)
+    path = Path(db) if db else Path(config.store)
+    try:
+        with _open_store(path) as store:
+            rows = list(store.rows(" AND ".join(where), params, limit=limit))
+    except AttributionError as exc:
+        fail(f"{exc} (users without access to the store can still run 'sattr JOBID')")
+    if as_json:
+        _emit_json(rows)
+        return
+    from attribution.render import list_view
+
+    console = _console()
+    console.print(list_view(rows))
+    console.print(f"{len(rows)} verdict(s)", style="dim")
+
+
+@main.command()
+@config_option
+@click.option("--once", is_flag=True, help="Process what is ready, then exit.")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
+def worker(config_path: str | None, once: bool, verbose: bool) -> None:
+    """Run the worker: spool entries -> verdicts (the systemd service's command)."""
+    import logging
+
+    from attribution.worker import Worker
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    config = _config(config_path)
+    try:
+        w = Worker(config)
+        w.install_signal_handlers()
+        outcomes = w.run(once=once)
+    except AttributionError as exc:
+        fail(str(exc))
+    if once:
+        counts: dict[str, int] = {}
+        for o in outcomes:
+            counts[o.result] = counts.get(o.result, 0) + 1
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing to do"
+        click.echo(f"sattr worker: {summary}", err=True)
+        if counts.get("failed"):
+            sys.exit(1)
+
+
+@main.command()
+@click.argument("jobs", nargs=-1)
+@config_option
+@click.option("--retry-failed", is_flag=True, help="Move entries from failed/ back to new/.")
+def enqueue(jobs: tuple[str, ...], config_path: str | None, retry_failed: bool) -> None:
+    """Put JOBS (ids, A_T array tasks) into the spool, as the epilog hook would.
+
+    An entry the hook wrote earlier (still in done/ or failed/) is reused, so
+    the job's original output paths are kept.
+    """
+    from attribution.slurm import JobRef, make_backend
+    from attribution.slurm.hookenv import format_entry
+    from attribution.worker import make_spool
+
+    config = _config(config_path)
+    spool = make_spool(config)
+    try:
+        spool.check()
+        if retry_failed:
+            moved = spool.retry_failed(list(jobs) or None)
+            click.echo(f"moved {len(moved)} failed entr(ies) back to new/")
+            return
+        if not jobs:
+            fail("name at least one job (or use --retry-failed)")
+        backend = make_backend(config.slurm, timezone=config.timezone)
+        for text in jobs:
+            job = backend.get_job(JobRef.parse(text))
+            old = [spool.dir(d) / job.key for d in ("done", "failed")]
+            reuse = next((p for p in old if p.is_file()), None)
+            if reuse is not None:
+                body = reuse.read_text(encoding="utf-8", errors="replace")
+            else:
+                env = {
+                    "SLURM_JOB_ID": job.job_id,
+                    "SLURM_CLUSTER_NAME": job.cluster or "",
+                    "SLURM_JOB_RESTART_COUNT": str(job.restart_count),
+                    "SLURM_SCRIPT_CONTEXT": "sattr_enqueue",
+                }
+                if job.array_job_id and job.array_task_id:
+                    env["SLURM_ARRAY_JOB_ID"] = job.array_job_id
+                    env["SLURM_ARRAY_TASK_ID"] = job.array_task_id
+                for name, value in (
+                    ("SLURM_JOB_USER", job.user),
+                    ("SLURM_JOB_UID", None if job.uid is None else str(job.uid)),
+                    ("SLURM_JOB_WORK_DIR", job.work_dir),
+                    ("SLURM_JOB_NODELIST", job.nodelist),
+                ):
+                    if value:
+                        env[name] = value
+                body = format_entry({k: v for k, v in env.items() if v})
+            spool.enqueue(job.key, body)
+            click.echo(f"enqueued job {job.display_id} as {job.key}")
+    except AttributionError as exc:
+        fail(str(exc))
+
+
+@main.command()
+@click.argument("jobs", nargs=-1)
+@config_option
+@click.option("--all", "everything", is_flag=True, help="Every stored verdict (with --since).")
+@click.option("--since", default=None, help="With --all: jobs that ended since (7d, 2026-11-30).")
+@click.option("--write-comment", is_flag=True, help="Also rewrite the AdminComment (when enabled).")
+def rediagnose(
+    jobs: tuple[str, ...],
+    config_path: str | None,
+    everything: bool,
+    since: str | None,
+    write_comment: bool,
+) -> None:
+    """Diagnose stored jobs again with the current rules (e.g. after a rules upgrade).
+
+    The stored job record is reused; Slurm is asked only to rewrite AdminComments.
+    """
+    from attribution.store import Store
+    from attribution.verdictjson import verdict_from_dict
+    from attribution.worker import Worker
+
+    config = _config(config_path)
+    if not jobs and not everything:
+        fail("name jobs, or use --all")
+    try:
+        store = Store(config.store)
+        if everything:
+            where, params = ('"end" >= ?', [_since(since)]) if since else ("", [])
+            keys = [r["key"] for r in store.rows(where, params)]
+            records = [store.get(k) for k in keys]
+        else:
+            records = []
+            for text in jobs:
+                found = store.find(text)
+                if not found:
+                    fail(f"no stored verdict for job {text}")
+                records.append(found[0])
+        w = Worker(config, store=store)
+        changed = 0
+        for data in records:
+            if data is None:
+                continue
+            old = verdict_from_dict(data)
+            new = w.rediagnose(old.job, write_comment=write_comment)
+            before = (old.terminal_state, old.sub_domain, old.cause.id if old.cause else None)
+            after = (new.terminal_state, new.sub_domain, new.cause.id if new.cause else None)
+            if before != after:
+                changed += 1
+                click.echo(
+                    f"job {old.job.display_id}: {'/'.join(str(x) for x in before)} -> "
+                    f"{'/'.join(str(x) for x in after)}"
+                )
+        click.echo(f"rediagnosed {len(records)} job(s); {changed} verdict(s) changed")
+    except AttributionError as exc:
+        fail(str(exc))
 
 
 # --------------------------------------------------------------------- rules

@@ -112,6 +112,15 @@ def m001_initial(db: Database) -> None:
         db.table(table).create_index(cols, if_not_exists=True)
 
 
+@migrations()
+def m002_admin_comment_and_filters(db: Database) -> None:
+    """The AdminComment line the worker wrote (or would have), and indexes for ``sattr list``."""
+    db.table("verdicts").add_column("admin_comment", str)
+    db.table("verdicts").add_column("spooled_at", str)
+    for cols in (["terminal_state"], ["state"], ["uid"], ["diagnosed_at"]):
+        db.table("verdicts").create_index(cols, if_not_exists=True)
+
+
 def _iso(value: datetime | None) -> str | None:
     return to_jsonable(value) if value is not None else None
 
@@ -127,8 +136,9 @@ class Store:
         self.path = Path(path)
         try:
             if readonly:
-                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-                self.db = Database(conn)
+                if not self.path.is_file():
+                    raise StoreError("no verdict store here", Location(str(self.path)))
+                self.db = self._open_readonly()
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.db = Database(self.path)
@@ -140,6 +150,26 @@ class Store:
                 f"cannot open verdict store: {exc}", Location(str(self.path))
             ) from None
 
+    def _open_readonly(self) -> Database:
+        """Open for reading only (``sattr`` run by users who may not write here).
+
+        A WAL database needs its ``-shm`` file; when no writer has it open the
+        file is gone and a reader without write access to the directory cannot
+        create it ("attempt to write a readonly database"). With no ``-wal``
+        file every committed change is in the main file, so it is then opened
+        as immutable instead.
+        """
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        try:
+            conn.execute("SELECT 1 FROM verdicts LIMIT 1").fetchall()
+        except sqlite3.OperationalError:
+            conn.close()
+            if Path(f"{self.path}-wal").exists():
+                raise
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True)
+            conn.execute("SELECT 1 FROM verdicts LIMIT 1").fetchall()
+        return Database(conn)
+
     def close(self) -> None:
         self.db.close()
 
@@ -149,8 +179,20 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def save(self, verdict: Verdict, *, admin_comment_status: str | None = None) -> str:
-        """Insert or replace the verdict of one job run; returns its key."""
+    def save(
+        self,
+        verdict: Verdict,
+        *,
+        admin_comment_status: str | None = None,
+        admin_comment: str | None = None,
+        spooled_at: datetime | None = None,
+    ) -> str:
+        """Insert or replace the verdict of one job run; returns its key.
+
+        ``admin_comment_status`` records what happened to the AdminComment
+        write-back (``written``, ``skipped-foreign``, ``disabled``, ``error: ...``),
+        ``admin_comment`` the line itself, ``spooled_at`` when the hook ran (UTC).
+        """
         job = verdict.job
         key = job.key
         body = verdict_to_dict(verdict)
@@ -183,6 +225,8 @@ class Store:
             "engine_version": verdict.engine_version,
             "diagnosed_at": _iso(verdict.diagnosed_at),
             "admin_comment_status": admin_comment_status,
+            "admin_comment": admin_comment,
+            "spooled_at": _iso(spooled_at),
             "verdict": json.dumps(body, sort_keys=True),
         }
         try:
@@ -235,6 +279,27 @@ class Store:
                 f"cannot save verdict {key}: {exc}", Location(str(self.path))
             ) from None
         return key
+
+    def set_admin_comment(self, key: str, status: str, text: str | None) -> None:
+        """Record the outcome of the AdminComment write-back of a stored verdict.
+
+        Raises:
+            StoreError: when the database cannot be written.
+        """
+        try:
+            with self.db.conn:
+                self.db.execute(
+                    "UPDATE verdicts SET admin_comment_status = ?, admin_comment = ? WHERE key = ?",
+                    [status, text, key],
+                )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot update {key}: {exc}", Location(str(self.path))) from None
+
+    def row(self, key: str) -> dict[str, Any] | None:
+        """The summary row (every column but the JSON) of one key, or ``None``."""
+        for row in self.rows("key = ?", [key]):
+            return row
+        return None
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The stored verdict JSON for a key, or ``None``."""

@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# .ci/slurm-up.sh: start a real single-node Slurm cluster for the tests in tests/slurm/,
+# with this repository's slurm/epilog-slurmctld installed as EpilogSlurmctld.
+#
+# Debian 12 packages (Slurm 22.05), all daemons on loopback, no systemd needed:
+# munged, mariadbd, slurmdbd, slurmctld and slurmd are started by hand and write PID files
+# to /run. Safe to run again: it installs only what is missing, rewrites a config only when
+# it changed (restarting the daemons that read it) and starts only what is not running.
+# Exit 0 when the node is idle and sacct answers. Must run as root.
+#
+# The hook gets its spool from ATTRIBUTION_SPOOL. slurmctld passes its own environment to
+# EpilogSlurmctld only partly (the script sees the SLURM_* job variables, not slurmctld's
+# environment), so the hook is started through a two-line wrapper that sets the variable.
+#
+# Settings (environment):
+#   ATTRIBUTION_CI_SPOOL   spool the hook writes to      (default /var/tmp/attribution-ci/spool)
+#   SLURM_CLUSTER_NAME     cluster name                   (default testcluster)
+#   SLURM_TEST_USER        unprivileged user with an association (default slurmtest)
+#   SLURM_CPUS             CPUs the node offers (default 4; more than the machine has is
+#                          fine: the test jobs mostly sleep)
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+SPOOL=${ATTRIBUTION_CI_SPOOL:-/var/tmp/attribution-ci/spool}
+CLUSTER=${SLURM_CLUSTER_NAME:-testcluster}
+TEST_USER=${SLURM_TEST_USER:-slurmtest}
+CPUS=${SLURM_CPUS:-4}
+LIBEXEC=/usr/local/libexec/attribution-ci
+DBPASS=attribution-ci-db   # a loopback-only throwaway database
+START=$SECONDS
+
+say() { printf '[slurm-up %3ds] %s\n' "$((SECONDS - START))" "$*"; }
+die() {
+    say "ERROR: $*"
+    for f in /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log /var/log/slurm/slurmdbd.log; do
+        [ -f "$f" ] && { echo "--- last lines of $f"; tail -n 15 "$f"; }
+    done
+    exit 1
+}
+running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+retry_until() { # retry_until SECONDS WHAT COMMAND...
+    local limit=$1 what=$2
+    shift 2
+    local end=$((SECONDS + limit))
+    until "$@" >/dev/null 2>&1; do
+        [ "$SECONDS" -lt "$end" ] || die "gave up after ${limit}s waiting for $what"
+        sleep 0.5
+    done
+}
+stop_pidfile() {
+    local pid
+    running "$1" || return 0
+    pid=$(cat "$1")
+    kill "$pid"
+    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
+    kill -9 "$pid" 2>/dev/null || true
+}
+# install_if_changed DEST MODE OWNER:GROUP < content; returns 0 when the file changed
+install_if_changed() {
+    local tmp
+    tmp=$(mktemp)
+    cat >"$tmp"
+    if [ -f "$1" ] && cmp -s "$tmp" "$1"; then rm -f "$tmp"; return 1; fi
+    install -D -m "$2" -o "${3%:*}" -g "${3#*:}" "$tmp" "$1"
+    rm -f "$tmp"
+}
+
+[ "$(id -u)" = 0 ] || die "run me as root"
+
+# ------------------------------------------------------------------ packages
+pkgs=(slurm-wlm slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # Without systemd the postinst scripts cannot start the daemons; that is expected.
+    apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+fi
+HOST=$(hostname -s) # slurmctld only starts when SlurmctldHost is this name
+
+# ------------------------------------------------------------------ directories and users
+mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /run/mysqld
+chown slurm:slurm /var/spool/slurmctld /var/log/slurm
+chown munge:munge /run/munge
+chown mysql:root /run/mysqld
+id "$TEST_USER" >/dev/null 2>&1 || useradd -m -s /bin/bash "$TEST_USER"
+
+# ------------------------------------------------------------------ the hook and its spool
+install -d -m 0770 -o root -g slurm "$SPOOL"
+for d in tmp new work done failed retry; do install -d -m 0770 -o root -g slurm "$SPOOL/$d"; done
+install -D -m 0755 "$REPO/slurm/epilog-slurmctld" "$LIBEXEC/epilog-slurmctld"
+install_if_changed "$LIBEXEC/epilog-wrapper" 0755 root:root <<EOW || true
+#!/bin/sh
+ATTRIBUTION_SPOOL='$SPOOL' exec $LIBEXEC/epilog-slurmctld "\$@"
+EOW
+
+# ------------------------------------------------------------------ munge
+[ -s /etc/munge/munge.key ] || die "/etc/munge/munge.key missing (the munge package creates it)"
+running /run/munge/munged.pid || { say "starting munged"; runuser -u munge -- /usr/sbin/munged; }
+retry_until 15 "munge" bash -c 'munge -n | unmunge'
+
+# ------------------------------------------------------------------ MariaDB
+if ! mariadb-admin ping >/dev/null 2>&1; then
+    say "starting mariadbd"
+    [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql >/dev/null
+    setsid /usr/sbin/mariadbd --user=mysql --bind-address=127.0.0.1 \
+        --pid-file=/run/mysqld/mysqld.pid --innodb-buffer-pool-size=64M \
+        </dev/null >>/var/log/slurm/mariadbd.log 2>&1 &
+fi
+retry_until 60 "mariadb" mariadb-admin ping
+mariadb -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DBPASS';
+            GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
+
+# ------------------------------------------------------------------ configuration
+dbd_changed=0
+install_if_changed /etc/slurm/slurmdbd.conf 0600 slurm:slurm <<EOC && dbd_changed=1
+# written by attribution's .ci/slurm-up.sh
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+SlurmUser=slurm
+LogFile=/var/log/slurm/slurmdbd.log
+PidFile=/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageLoc=slurm_acct_db
+StorageUser=slurm
+StoragePass=$DBPASS
+EOC
+
+ctld_changed=0
+if [ -d /sys/fs/cgroup/memory ] && [ -d /sys/fs/cgroup/freezer ]; then
+    # cgroup v1 (22.05's cgroup/v2 needs systemd): real OUT_OF_MEMORY job states
+    cgroup_lines=$'ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup'
+    install_if_changed /etc/slurm/cgroup.conf 0644 root:root <<EOC && ctld_changed=1
+CgroupPlugin=autodetect
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=yes
+EOC
+else
+    # no usable cgroups: memory is enforced by polling, and such jobs end FAILED 0:9
+    cgroup_lines=$'ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherParams=OverMemoryKill'
+fi
+mem=$(awk '/MemTotal/ {m = int($2 / 2048); print (m > 8000 ? 8000 : m)}' /proc/meminfo)
+install_if_changed /etc/slurm/slurm.conf 0644 root:root <<EOC && ctld_changed=1
+# written by attribution's .ci/slurm-up.sh: one node, everything on loopback
+ClusterName=$CLUSTER
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmUser=slurm
+AuthType=auth/munge
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+$cgroup_lines
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=5
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=500
+SlurmdParameters=config_overrides
+ReturnToService=2
+SlurmdTimeout=30
+MinJobAge=600
+KillWait=5
+OverTimeLimit=0
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+JobCompType=jobcomp/none
+EpilogSlurmctld=$LIBEXEC/epilog-wrapper
+PrologEpilogTimeout=30
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$mem State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOC
+
+# ------------------------------------------------------------------ slurmdbd and accounts
+if [ "$dbd_changed" = 1 ]; then stop_pidfile /run/slurmdbd.pid; fi
+running /run/slurmdbd.pid || { say "starting slurmdbd"; setsid /usr/sbin/slurmdbd </dev/null >/dev/null 2>&1; }
+retry_until 60 "slurmdbd" sacctmgr -n list cluster
+sacctmgr -n -P list cluster format=Cluster | grep -qx "$CLUSTER" || sacctmgr -i add cluster "$CLUSTER" >/dev/null
+sacctmgr -n -P list account format=Account | grep -qx ci ||
+    sacctmgr -i add account ci Cluster="$CLUSTER" Description=ci Organization=ci >/dev/null
+for u in root "$TEST_USER"; do
+    sacctmgr -n -P list user format=User | grep -qx "$u" || sacctmgr -i add user "$u" Account=ci >/dev/null
+done
+
+# ------------------------------------------------------------------ slurmctld and slurmd
+if [ "$ctld_changed" = 1 ]; then
+    stop_pidfile /run/slurmd.pid
+    stop_pidfile /run/slurmctld.pid
+fi
+running /run/slurmctld.pid || { say "starting slurmctld"; setsid /usr/sbin/slurmctld </dev/null >/dev/null 2>&1; }
+retry_until 60 "slurmctld" bash -c 'scontrol ping | grep -q UP'
+running /run/slurmd.pid || { say "starting slurmd"; setsid /usr/sbin/slurmd </dev/null >/dev/null 2>&1; }
+
+state() { sinfo -h -N -n "$HOST" -o %T 2>/dev/null | head -n 1; }
+for _ in $(seq 90); do
+    case $(state) in
+        idle | mixed | allocated) break ;;
+        down* | drain*) scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true ;;
+    esac
+    sleep 1
+done
+case $(state) in idle | mixed | allocated) ;; *) die "node $HOST is $(state), not idle" ;; esac
+retry_until 30 "sacct" sacct -a -X -n -S now-1minutes
+say "cluster $CLUSTER ready: node $HOST $(state), $(sinfo -V), hook spool $SPOOL"

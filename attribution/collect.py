@@ -1,0 +1,292 @@
+"""Decide which evidence a job's diagnosis reads, and read the job's own output safely.
+
+From a ``JobRecord`` and the site configuration this builds the ``SourceSpec``s
+of one job:
+
+- node logs: for each job node and stream, the files matching the stream's path
+  templates (``/var/log/hosts/{node}/kern.log*``), oldest first, skipping files
+  whose mtime is older than the job's start minus ``logs.file_margin``;
+- the controller log (``logs.slurmctld``), read once;
+- the job's StdOut/StdErr. These paths are chosen by the job's owner, so they
+  are opened here with ``O_NOFOLLOW`` (no symbolic link), must be regular files
+  (no FIFO or device) owned by the job's user, must not be compressed, and only
+  their last ``job_output.max_bytes`` bytes are copied, from the checked file
+  descriptor, into a private temporary directory that the readers then use.
+
+Nothing here raises for a missing or refused source: it becomes a coverage
+entry with a reason (``Collection.adjust``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import glob
+import os
+import pwd
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attribution.config import Config
+from attribution.model import Coverage, CoverageStatus, JobRecord, Stream
+from attribution.sources import SourceSpec
+from attribution.sources.reader import GZIP_MAGIC, ZSTD_MAGIC
+
+NODE_STREAM_KEYS: tuple[tuple[Stream, str], ...] = (
+    (Stream.KERNEL, "kernel"),
+    (Stream.SYSLOG, "syslog"),
+    (Stream.FABRICMANAGER, "fabricmanager"),
+    (Stream.DCGM, "dcgm"),
+    (Stream.SLURMD, "slurmd"),
+)
+# Streams every node should have; without a template they are reported as not configured.
+EXPECTED = (Stream.KERNEL, Stream.SYSLOG)
+_COPY_CHUNK = 1 << 20
+
+
+@dataclass(slots=True)
+class Collection:
+    """The specs to read plus coverage corrections for sources refused or not configured.
+
+    Use as a context manager: leaving it deletes the private copies of job output.
+    """
+
+    specs: list[SourceSpec] = field(default_factory=list)
+    notes: dict[tuple[str, str | None], tuple[CoverageStatus, str]] = field(default_factory=dict)
+    tmpdir: Path | None = None
+
+    def note(self, stream: Stream, node: str | None, status: CoverageStatus, reason: str) -> None:
+        self.notes[(stream.value, node)] = (status, reason)
+
+    def adjust(self, coverage: Coverage) -> Coverage:
+        """Put the recorded status and reason on a coverage entry whose source had no file
+        (or add the recorded note to one that was read)."""
+        found = self.notes.get((coverage.stream.value, coverage.node))
+        if found is None:
+            return coverage
+        status, reason = found
+        if coverage.status is CoverageStatus.MISSING:
+            return dataclasses.replace(coverage, status=status, reason=reason)
+        if status is CoverageStatus.OK:
+            joined = "; ".join(x for x in (coverage.reason, reason) if x)
+            return dataclasses.replace(coverage, reason=joined)
+        return coverage
+
+    def close(self) -> None:
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
+
+    def __enter__(self) -> Collection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _matches(templates: list[str], values: dict[str, str]) -> list[str]:
+    out: list[str] = []
+    for template in templates:
+        pattern = template.format(**values)
+        out.extend(sorted(glob.glob(pattern)))
+    return list(dict.fromkeys(out))
+
+
+def _recent_files(paths: list[str], not_before: float | None) -> tuple[list[Path], int]:
+    """Regular files among ``paths``, oldest mtime first; and how many were too old."""
+    keep: list[tuple[float, str]] = []
+    old = 0
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        if not_before is not None and info.st_mtime < not_before:
+            old += 1
+            continue
+        keep.append((info.st_mtime, path))
+    keep.sort()
+    return [Path(p) for _, p in keep], old
+
+
+def _file_spec(
+    col: Collection,
+    stream: Stream,
+    node: str | None,
+    templates: list[str],
+    values: dict[str, str],
+    not_before: float | None,
+) -> None:
+    shown = ", ".join(t.format(**values) for t in templates)
+    files, old = _recent_files(_matches(templates, values), not_before)
+    col.specs.append(SourceSpec(stream=stream, node=node, paths=files))
+    if not files:
+        reason = f"no file matches {shown}"
+        if old:
+            reason = f"{old} file(s) matching {shown} end before the job window"
+        col.note(stream, node, CoverageStatus.MISSING, reason)
+
+
+def job_owner_uid(job: JobRecord) -> int | None:
+    """The job owner's uid: from the record, else by looking up the user name."""
+    if job.uid is not None:
+        return job.uid
+    if job.user:
+        try:
+            return pwd.getpwnam(job.user).pw_uid
+        except KeyError:
+            return None
+    return None
+
+
+class Refused(Exception):
+    """A job output file that must not be read; the message is the coverage reason."""
+
+
+def copy_job_output(path: str, uid: int, max_bytes: int, dest: Path) -> int:
+    """Copy the last ``max_bytes`` of the job output file ``path`` to ``dest``.
+
+    The file is opened with ``O_NOFOLLOW | O_NONBLOCK`` (a symbolic link or a
+    FIFO cannot make us read elsewhere or block), then checked on the open
+    descriptor: a regular file, owned by ``uid``, not gzip/zstd compressed.
+    Returns the number of bytes copied.
+
+    Raises:
+        Refused: with the reason, for any check that fails or any OS error.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise Refused("file does not exist") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the last component is a symbolic link
+            raise Refused("is a symbolic link; not followed") from None
+        raise Refused(f"cannot open: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Refused("not a regular file")
+        if info.st_uid != uid:
+            raise Refused(f"owned by uid {info.st_uid}, not by the job's user (uid {uid})")
+        head = os.pread(fd, 4, 0)
+        if head.startswith(GZIP_MAGIC) or head.startswith(ZSTD_MAGIC):
+            raise Refused("compressed job output is not read")
+        start = max(info.st_size - max_bytes, 0)
+        copied = 0
+        with open(dest, "wb") as out:
+            offset = start
+            while copied < max_bytes:
+                chunk = os.pread(fd, min(_COPY_CHUNK, max_bytes - copied), offset)
+                if not chunk:
+                    break
+                out.write(chunk)
+                copied += len(chunk)
+                offset += len(chunk)
+        return copied
+    except OSError as exc:
+        raise Refused(f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _job_output(col: Collection, job: JobRecord, config: Config) -> None:
+    if not config.job_output.read:
+        for stream in (Stream.JOB_STDOUT, Stream.JOB_STDERR):
+            col.specs.append(SourceSpec(stream=stream, node=None))
+            col.note(stream, None, CoverageStatus.MISSING, "job output reading is turned off")
+        return
+    outputs: list[tuple[Stream, str | None]] = [(Stream.JOB_STDOUT, job.std_out)]
+    if job.std_err and job.std_err != job.std_out:
+        outputs.append((Stream.JOB_STDERR, job.std_err))
+    uid = job_owner_uid(job)
+    for stream, path in outputs:
+        spec = SourceSpec(stream=stream, node=None)
+        col.specs.append(spec)
+        if not path:
+            col.note(stream, None, CoverageStatus.MISSING, "Slurm gave no output path")
+            continue
+        if path == "/dev/null":
+            col.note(stream, None, CoverageStatus.EMPTY, "the job wrote this stream to /dev/null")
+            continue
+        if not path.startswith("/"):
+            col.note(stream, None, CoverageStatus.UNREADABLE, f"{path}: not an absolute path")
+            continue
+        if uid is None:
+            col.note(stream, None, CoverageStatus.UNREADABLE, f"{path}: job owner unknown")
+            continue
+        if col.tmpdir is None:
+            col.tmpdir = Path(tempfile.mkdtemp(prefix="attribution-job-"))
+        dest = col.tmpdir / stream.value
+        try:
+            copied = copy_job_output(path, uid, int(config.job_output.max_bytes), dest)
+        except Refused as exc:
+            status = (
+                CoverageStatus.MISSING
+                if str(exc) == "file does not exist"
+                else CoverageStatus.UNREADABLE
+            )
+            col.note(stream, None, status, f"{path}: {exc}")
+            continue
+        spec.paths = [dest]
+        spec.display = [path]
+        spec.max_bytes = int(config.job_output.max_bytes)
+        if copied >= int(config.job_output.max_bytes):
+            col.note(
+                stream,
+                None,
+                CoverageStatus.OK,
+                f"only the last {copied} bytes were read (job_output.max_bytes)",
+            )
+
+
+def collect(job: JobRecord, config: Config) -> Collection:
+    """Build the ``Collection`` of one job (see the module docstring); never raises for
+    missing or unreadable evidence."""
+    col = Collection()
+    not_before = (
+        job.start.timestamp() - config.window.before - config.logs.file_margin
+        if job.start
+        else None
+    )
+    cluster = job.cluster or ""
+    for stream, key in NODE_STREAM_KEYS:
+        templates: list[str] = getattr(config.logs, key)
+        per_node = [t for t in templates if "{node}" in t]
+        shared = [t for t in templates if "{node}" not in t]
+        if not templates:
+            if stream in EXPECTED:
+                for node in job.nodes:
+                    col.specs.append(SourceSpec(stream=stream, node=node))
+                    col.note(
+                        stream,
+                        node,
+                        CoverageStatus.MISSING,
+                        f"no path template for {key} in the configuration (logs.{key})",
+                    )
+            continue
+        if per_node:
+            for node in job.nodes:
+                values = {"node": node, "cluster": cluster}
+                _file_spec(col, stream, node, per_node, values, not_before)
+        if shared:
+            _file_spec(col, stream, None, shared, {"node": "", "cluster": cluster}, not_before)
+    if config.logs.slurmctld:
+        _file_spec(
+            col,
+            Stream.SLURMCTLD,
+            None,
+            config.logs.slurmctld,
+            {"node": "", "cluster": cluster},
+            not_before,
+        )
+    _job_output(col, job, config)
+    return col
+
+
+__all__ = ["Collection", "Refused", "collect", "copy_job_output", "job_owner_uid"]

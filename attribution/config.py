@@ -1,0 +1,288 @@
+"""The site configuration: ``/etc/attribution/config.yaml``, validated by pydantic.
+
+The path is ``--config``, else ``$ATTRIBUTION_CONFIG``, else
+``/etc/attribution/config.yaml``; when the default file does not exist the
+defaults below apply. Unknown keys, wrong types and bad values are errors that
+name ``file:line``. Durations are seconds or strings such as ``30s``, ``15m``,
+``7d``; sizes are bytes or strings such as ``64MiB``.
+
+Node log path templates are globs with ``{node}`` (the Slurm node name) and
+``{cluster}`` placeholders, e.g. ``/var/log/hosts/{node}/kern.log*``; the glob
+picks up rotated and compressed files (``kern.log.1``, ``kern.log.2.gz``).
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ByteSize,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
+
+from attribution._yaml import LineMap, load_yaml_file
+from attribution.errors import ConfigError, Location, RuleError
+from attribution.timeutil import parse_duration
+
+DEFAULT_CONFIG = Path("/etc/attribution/config.yaml")
+CONFIG_ENV = "ATTRIBUTION_CONFIG"
+PLACEHOLDERS = frozenset({"node", "cluster"})
+
+
+def _duration(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("a duration must be seconds or a string such as 30s, 15m, 2h, 7d")
+    return parse_duration(value)
+
+
+Duration = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_template(template: str) -> str:
+    if not template.startswith("/"):
+        raise ValueError(f"{template!r}: a path template must be absolute")
+    try:
+        names = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    except ValueError as exc:
+        raise ValueError(f"{template!r}: {exc}") from None
+    unknown = names - PLACEHOLDERS
+    if unknown:
+        first = sorted(unknown)[0]
+        raise ValueError(
+            f"{template!r}: unknown placeholder {{{first}}} (use {{node}} and {{cluster}})"
+        )
+    return template
+
+
+Template = Annotated[str, AfterValidator(_check_template)]
+
+
+class LogPaths(_Strict):
+    """Per-stream path templates (globs) of node logs and the controller log.
+
+    ``file_margin``: files whose mtime is older than the job's start minus this
+    many seconds cannot hold lines of the job and are skipped.
+    """
+
+    kernel: list[Template] = []
+    syslog: list[Template] = []
+    fabricmanager: list[Template] = []
+    dcgm: list[Template] = []
+    slurmd: list[Template] = []
+    slurmctld: list[Template] = []
+    file_margin: Duration = 3600.0
+
+
+class JobOutput(_Strict):
+    """Reading the job's StdOut/StdErr: only regular files owned by the job's user,
+    never through a symbolic link, at most ``max_bytes`` (the tail is kept)."""
+
+    read: bool = True
+    max_bytes: ByteSize = ByteSize(64 * 1024 * 1024)
+
+
+class Window(_Strict):
+    """Seconds added before the job's start and after its end for node evidence."""
+
+    before: Duration = 300.0
+    after: Duration = 300.0
+
+
+class AdminComment(_Strict):
+    """Write-back of a one-line verdict to the job's AdminComment (opt-in).
+
+    ``foreign``: what to do when the AdminComment already holds someone else's
+    text (e.g. jobstats' ``JS1:``): ``skip`` it, or write to ``SystemComment``
+    instead. ``max_length``: cap in bytes (Slurm stores at most 65535).
+    """
+
+    enabled: bool = False
+    foreign: Literal["skip", "system_comment"] = "skip"
+    max_length: int = Field(default=256, ge=32, le=65535)
+
+
+class Retries(_Strict):
+    """Retries of a spool entry that failed (Slurm unreachable, job not in sacct yet)."""
+
+    max_attempts: int = Field(default=5, ge=1, le=100)
+    backoff: Duration = 30.0
+    backoff_max: Duration = 3600.0
+
+
+class SlurmSettings(_Strict):
+    """How the worker talks to Slurm.
+
+    ``backend``: ``auto`` uses pyslurm when it imports and matches the local
+    Slurm's major.minor, else the command line tools; ``cli`` or ``pyslurm``
+    force one. ``timeout``: seconds per command; ``retries``: extra tries of a
+    command that failed or timed out. ``bin_dir``: where sacct, scontrol and
+    sacctmgr live when they are not on ``PATH``.
+    """
+
+    backend: Literal["auto", "cli", "pyslurm"] = "auto"
+    timeout: Duration = 30.0
+    retries: int = Field(default=2, ge=0, le=10)
+    bin_dir: str | None = None
+
+
+class Config(_Strict):
+    """The whole configuration; every field has a default."""
+
+    spool: Path = Path("/var/spool/attribution")
+    store: Path = Path("/var/lib/attribution/verdicts.sqlite")
+    settle_delay: Duration = 30.0
+    poll_interval: Duration = Field(default=5.0, gt=0)
+    retries: Retries = Retries()
+    retention: Duration = 7 * 86400.0
+    logs: LogPaths = LogPaths()
+    job_output: JobOutput = JobOutput()
+    window: Window = Window()
+    admin_comment: AdminComment = AdminComment()
+    record_pass: bool = False
+    timezone: str = "UTC"
+    slurm: SlurmSettings = SlurmSettings()
+    rules: list[Path] = []
+    admin_groups: list[str] = []
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        if value.upper() == "UTC":
+            return "UTC"
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown timezone {value!r} (use an IANA name)") from None
+        return value
+
+
+def config_path(explicit: str | Path | None = None) -> tuple[Path, bool]:
+    """The config file to read and whether it was asked for explicitly."""
+    if explicit:
+        return Path(explicit), True
+    env = os.environ.get(CONFIG_ENV)
+    if env:
+        return Path(env), True
+    return DEFAULT_CONFIG, False
+
+
+def _line(lines: LineMap, data: Any, loc: Sequence[str | int]) -> int:
+    path: list[str | int] = []
+    node = data
+    for part in loc:
+        if not isinstance(node, dict | list) or (isinstance(node, list) and isinstance(part, str)):
+            break
+        try:
+            node = node[part]  # type: ignore[index]
+        except (KeyError, IndexError):
+            break
+        path.append(part)
+    return lines.line_for(path)
+
+
+def parse_config(data: Any, source: str, lines: LineMap | None = None) -> Config:
+    """Validate a loaded YAML document.
+
+    Raises:
+        ConfigError: for the first problem, as ``file:line: message``; the
+            message names every problem when there are several.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("the configuration must be a YAML mapping", Location(source, 1))
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        problems: list[tuple[int, str]] = []
+        for err in exc.errors():
+            loc = [p for p in err["loc"] if isinstance(p, str | int)]
+            where = ".".join(str(p) for p in loc) or "document"
+            line = _line(lines, data, loc) if lines else 0
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown key {where!r}"
+            else:
+                msg = f"{where}: {err['msg'].removeprefix('Value error, ')}"
+            problems.append((line, msg))
+        line, msg = problems[0]
+        if len(problems) > 1:
+            msg += f" (and {len(problems) - 1} more: " + "; ".join(
+                f"line {ln}: {m}" for ln, m in problems[1:]
+            )
+            msg += ")"
+        raise ConfigError(msg, Location(source, line)) from None
+
+
+def load_config(explicit: str | Path | None = None) -> Config:
+    """Load the configuration (see the module docstring for where it is looked for).
+
+    Raises:
+        ConfigError: when an explicitly named file is missing, or any file is
+            unreadable, not YAML, or invalid.
+    """
+    path, asked = config_path(explicit)
+    if not path.exists():
+        if asked:
+            raise ConfigError("configuration file not found", Location(str(path)))
+        return Config()
+    try:
+        data, lines = load_yaml_file(path, error=ConfigYamlError)
+    except RuleError as exc:
+        raise ConfigError(exc.message, exc.location) from None
+    return parse_config(data, str(path), lines)
+
+
+class ConfigYamlError(RuleError):
+    """Raised by the YAML loader for a config file; turned into ``ConfigError``."""
+
+
+EXAMPLE = """\
+# /etc/attribution/config.yaml: every key is optional; these are examples, not defaults.
+spool: /var/spool/attribution
+store: /var/lib/attribution/verdicts.sqlite
+settle_delay: 30s          # wait this long after a job ends before reading its logs
+retention: 7d              # keep processed spool entries this long
+logs:
+  kernel: ["/var/log/hosts/{node}/kern.log*"]      # quote templates: { } is YAML syntax
+  syslog: ["/var/log/hosts/{node}/syslog*"]
+  fabricmanager: ["/var/log/hosts/{node}/fabricmanager.log*"]
+  slurmctld: ["/var/log/slurm/slurmctld.log*"]
+window: {before: 5m, after: 5m}
+job_output: {read: true, max_bytes: 64MiB}
+admin_comment: {enabled: false, foreign: skip, max_length: 256}
+record_pass: false
+timezone: UTC              # zone of node log stamps that carry no offset
+slurm: {backend: auto, timeout: 30s, retries: 2}
+"""
+
+__all__ = [
+    "CONFIG_ENV",
+    "DEFAULT_CONFIG",
+    "EXAMPLE",
+    "AdminComment",
+    "Config",
+    "JobOutput",
+    "LogPaths",
+    "Retries",
+    "SlurmSettings",
+    "Window",
+    "config_path",
+    "load_config",
+    "parse_config",
+]

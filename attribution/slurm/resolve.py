@@ -1,0 +1,204 @@
+"""Merge what sacct, scontrol and the spooled epilog environment say into one ``JobRecord``.
+
+Pure functions. Precedence, per fact:
+
+- state, exit codes, start/end, node list, time limit, AdminComment: sacct
+  (the accounting record is final), then scontrol, then the environment;
+- reason: scontrol (``TimeLimit``, ``NodeDown``), then sacct;
+- StdOut/StdErr: the environment's raw pattern expanded here exactly as
+  slurmstepd does, else scontrol's (partly expanded) path while it still holds
+  the job, else sbatch's default ``<WorkDir>/slurm-%j.out``
+  (``slurm-%A_%a.out`` for array tasks); 22.05 sacct has no StdOut field
+  (REPORT A2/A4);
+- restart count and SLUID: the environment (they name the spooled run).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from attribution.hostlist import HostlistError, expand
+from attribution.jobrecord import job_from_dict
+from attribution.model import JobRecord
+from attribution.slurm.parse import (
+    PatternFields,
+    SacctRecord,
+    default_output_pattern,
+    expand_output_pattern,
+    split_jobid,
+)
+
+# sacct -o fields the CLI backend asks for (all exist in 22.05; see sacct -e). The one
+# free-text field, AdminComment, comes last so that parse_sacct can keep it whole.
+SACCT_FIELDS = (
+    "JobID",
+    "JobIDRaw",
+    "Cluster",
+    "User",
+    "UID",
+    "Account",
+    "Partition",
+    "State",
+    "ExitCode",
+    "DerivedExitCode",
+    "Reason",
+    "Start",
+    "End",
+    "Timelimit",
+    "NodeList",
+    "WorkDir",
+    "JobName",
+    "AdminComment",
+)
+
+_UID = re.compile(r"\((\d+)\)")
+_EMPTY = {"", "none", "unknown", "(null)", "n/a"}
+
+
+def _val(data: Mapping[str, str] | None, key: str) -> str | None:
+    if not data:
+        return None
+    value = data.get(key)
+    if value is None or value.strip().lower() in _EMPTY:
+        return None
+    return value
+
+
+def pick_record(records: list[SacctRecord], spooled_at: float | None) -> SacctRecord | None:
+    """Choose the run the spool entry describes among ``sacct -D`` records.
+
+    The hook runs when the job ends, so the record whose End (epoch seconds) is
+    closest to ``spooled_at`` is that run; without a spool time (or without
+    usable End times) the newest record wins.
+    """
+    if not records:
+        return None
+    if spooled_at is not None:
+        timed = [
+            (abs(float(end) - spooled_at), i)
+            for i, r in enumerate(records)
+            if (end := r.fields.get("End", "")).isdigit()
+        ]
+        if timed:
+            return records[min(timed)[1]]
+    return records[-1]
+
+
+def _worst_step_exit(steps: list[dict[str, str]]) -> str | None:
+    worst: tuple[int, int] | None = None
+    for step in steps:
+        status, _, signal = (step.get("ExitCode") or "").partition(":")
+        if status.isdigit() and signal.isdigit():
+            pair = (int(status), int(signal))
+            if worst is None or pair > worst:
+                worst = pair
+    return f"{worst[0]}:{worst[1]}" if worst else None
+
+
+def build_job_record(
+    record: SacctRecord | None,
+    ctl: Mapping[str, str] | None,
+    env: Mapping[str, str] | None,
+    *,
+    timezone: str | None = None,
+    ref_cluster: str | None = None,
+) -> JobRecord:
+    """Build the ``JobRecord`` of one job run (see the module docstring).
+
+    Raises:
+        BundleError: when no source names a job id.
+    """
+    acct = record.fields if record else None
+    env = env or {}
+    data: dict[str, Any] = {"timezone": timezone}
+
+    def first(*values: str | None) -> str | None:
+        return next((v for v in values if v), None)
+
+    # identity
+    job_id = first(_val(acct, "JobIDRaw"), _val(ctl, "JobId"), env.get("SLURM_JOB_ID"))
+    data["job_id"] = job_id
+    array_job, array_task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    parsed = split_jobid(acct.get("JobID", "")) if acct else None
+    if parsed and parsed[1] and parsed[1].isdigit():
+        array_job, array_task = parsed[0], parsed[1]
+    if ctl and _val(ctl, "ArrayTaskId") and _val(ctl, "ArrayJobId"):
+        array_job = array_job or ctl["ArrayJobId"]
+        array_task = array_task or ctl["ArrayTaskId"]
+    data["array_job_id"] = array_job
+    data["array_task_id"] = array_task
+    data["cluster"] = first(_val(acct, "Cluster"), env.get("SLURM_CLUSTER_NAME"), ref_cluster)
+    data["sluid"] = env.get("SLURM_JOB_SLUID") or None
+    data["restart_count"] = first(env.get("SLURM_JOB_RESTART_COUNT"), _val(ctl, "Restarts"))
+
+    # who and where
+    ctl_user = _val(ctl, "UserId")
+    data["user"] = first(
+        _val(acct, "User"),
+        ctl_user.split("(", 1)[0] if ctl_user else None,
+        env.get("SLURM_JOB_USER"),
+    )
+    uid_match = _UID.search(ctl_user or "")
+    data["uid"] = first(
+        _val(acct, "UID"), uid_match.group(1) if uid_match else None, env.get("SLURM_JOB_UID")
+    )
+    data["name"] = first(_val(acct, "JobName"), _val(ctl, "JobName"), env.get("SLURM_JOB_NAME"))
+    data["account"] = first(
+        _val(acct, "Account"), _val(ctl, "Account"), env.get("SLURM_JOB_ACCOUNT")
+    )
+    data["partition"] = first(
+        _val(acct, "Partition"), _val(ctl, "Partition"), env.get("SLURM_JOB_PARTITION")
+    )
+    data["nodes"] = first(
+        _val(acct, "NodeList"), _val(ctl, "NodeList"), env.get("SLURM_JOB_NODELIST")
+    )
+    data["work_dir"] = first(
+        _val(acct, "WorkDir"), _val(ctl, "WorkDir"), env.get("SLURM_JOB_WORK_DIR")
+    )
+
+    # how it ended
+    data["state"] = first(_val(acct, "State"), _val(ctl, "JobState"))
+    data["exit_code"] = first(_val(acct, "ExitCode"), _val(ctl, "ExitCode"))
+    derived = _val(acct, "DerivedExitCode")
+    if derived is None and record is not None:
+        derived = _worst_step_exit(record.steps)
+    data["derived_exit_code"] = first(derived, _val(ctl, "DerivedExitCode"))
+    data["reason"] = first(_val(ctl, "Reason"), _val(acct, "Reason"))
+    data["start"] = first(
+        _val(acct, "Start"), _val(ctl, "StartTime"), env.get("SLURM_JOB_START_TIME")
+    )
+    data["end"] = first(_val(acct, "End"), _val(ctl, "EndTime"), env.get("SLURM_JOB_END_TIME"))
+    data["time_limit"] = first(_val(acct, "Timelimit"), _val(ctl, "TimeLimit"))
+    data["admin_comment"] = first(_val(acct, "AdminComment"), _val(ctl, "AdminComment"))
+
+    # output files
+    try:
+        nodes = expand(data["nodes"])
+    except HostlistError:
+        nodes = ()
+    fields = PatternFields(
+        job_id=str(job_id or ""),
+        array_job_id=array_job,
+        array_task_id=array_task,
+        user=data["user"],
+        name=data["name"],
+        first_node=first(_val(ctl, "BatchHost"), nodes[0] if nodes else None),
+        work_dir=data["work_dir"],
+    )
+    # The spooled pattern is what slurmstepd expanded; scontrol's copy is only partly
+    # expanded in 22.05 (%A %a %j %u %x are, %J %s %n %t %N and padding are not), so it is
+    # expanded again and used only when the environment has no pattern.
+    out_pattern = env.get("SLURM_JOB_STDOUT") or _val(ctl, "StdOut")
+    err_pattern = env.get("SLURM_JOB_STDERR") or (
+        None if env.get("SLURM_JOB_STDOUT") else _val(ctl, "StdErr")
+    )
+    std_out = expand_output_pattern(out_pattern or default_output_pattern(bool(array_task)), fields)
+    std_err = expand_output_pattern(err_pattern, fields) if err_pattern else std_out
+    data["std_out"] = std_out
+    data["std_err"] = std_err
+    return job_from_dict(data, source="slurm")
+
+
+__all__ = ["SACCT_FIELDS", "build_job_record", "pick_record"]

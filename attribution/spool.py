@@ -1,0 +1,365 @@
+"""The job spool between the EpilogSlurmctld hook and the worker (standard library only).
+
+Layout (maildir style, all on one local file system)::
+
+    <spool>/tmp/      the hook writes <key>.<pid> here ...
+    <spool>/new/      ... and renames it to new/<key>: one entry per job run
+    <spool>/work/     the worker claims an entry by renaming it here
+    <spool>/done/     processed entries, pruned after ``retention`` seconds
+    <spool>/failed/   entries that failed ``max_attempts`` times, with <key>.error beside them
+    <spool>/retry/    <key>.json: attempts and next try time of entries waiting for a retry
+
+Every state change is one ``rename`` (or ``link`` + ``unlink`` where an existing
+newer entry must win), so a worker killed at any point leaves each entry in
+exactly one of ``new/``, ``work/``, ``done/`` or ``failed/``. On start,
+``recover`` moves ``work/`` back to ``new/``; the verdict store upserts by key,
+so running an entry twice still leaves one verdict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from attribution.errors import Location, SpoolError
+
+SUBDIRS = ("tmp", "new", "work", "done", "failed", "retry")
+LOCK_NAME = ".worker.lock"
+STALE_TMP_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how late a failing entry is retried.
+
+    ``max_attempts``: tries before the entry moves to ``failed/``.
+    ``backoff``: seconds before the second try; doubled after each failure,
+    never more than ``backoff_max`` seconds.
+    """
+
+    max_attempts: int = 5
+    backoff: float = 30.0
+    backoff_max: float = 3600.0
+
+    def delay(self, attempts: int) -> float:
+        """Seconds to wait after ``attempts`` failed tries (1 -> ``backoff``)."""
+        return float(min(self.backoff * (2 ** max(attempts - 1, 0)), self.backoff_max))
+
+
+@dataclass(slots=True)
+class Claimed:
+    """An entry the worker owns: it sits in ``work/<key>``.
+
+    ``spooled_at`` is the entry's mtime (epoch seconds), the time the hook ran;
+    ``attempts`` counts earlier failed tries.
+    """
+
+    key: str
+    path: Path
+    text: str
+    spooled_at: float
+    attempts: int = 0
+    errors: list[tuple[float, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An entry in ``new/`` and the earliest time (epoch seconds) it may be processed."""
+
+    key: str
+    spooled_at: float
+    ready_at: float
+
+
+def _utc(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Spool:
+    """A spool directory; see the module docstring for the layout.
+
+    Args:
+        root: the spool directory.
+        policy: retry policy for failed entries.
+        clock: returns the current epoch time in seconds (tests pass a fake).
+    """
+
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        policy: RetryPolicy | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.root = Path(root)
+        self.policy = policy or RetryPolicy()
+        self.clock = clock
+
+    def dir(self, name: str) -> Path:
+        return self.root / name
+
+    # ------------------------------------------------------------------ setup
+
+    def create(self, *, mode: int = 0o770, gid: int | None = None) -> None:
+        """Create the spool and its subdirectories (``mode``, optionally group ``gid``).
+
+        Raises:
+            SpoolError: when a directory cannot be created.
+        """
+        for path in (self.root, *(self.dir(d) for d in SUBDIRS)):
+            try:
+                path.mkdir(mode=mode, exist_ok=True)
+                if gid is not None:
+                    os.chown(path, -1, gid)
+            except OSError as exc:
+                raise SpoolError(
+                    f"cannot create: {exc.strerror or exc}", Location(str(path))
+                ) from None
+
+    def check(self) -> None:
+        """Raise ``SpoolError`` unless every subdirectory exists and is writable."""
+        for name in SUBDIRS:
+            path = self.dir(name)
+            if not path.is_dir():
+                raise SpoolError(
+                    "spool directory missing (run 'sattr worker' once as root, or "
+                    "systemd-tmpfiles --create)",
+                    Location(str(path)),
+                )
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise SpoolError("spool directory not writable", Location(str(path)))
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the spool's worker lock (one worker per spool).
+
+        Raises:
+            SpoolError: when another process holds it.
+        """
+        path = self.root / LOCK_NAME
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise SpoolError(
+                f"cannot open lock: {exc.strerror or exc}", Location(str(path))
+            ) from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                    raise SpoolError(
+                        "another worker holds the spool lock", Location(str(path))
+                    ) from None
+                raise SpoolError(f"cannot lock: {exc.strerror}", Location(str(path))) from None
+            yield
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ moves
+
+    def _move_no_clobber(self, src: Path, dst: Path) -> bool:
+        """Move ``src`` to ``dst`` unless ``dst`` exists (then drop ``src``); True if moved."""
+        try:
+            os.link(src, dst)
+        except FileExistsError:
+            src.unlink(missing_ok=True)
+            return False
+        src.unlink()
+        return True
+
+    def recover(self) -> list[str]:
+        """Move entries left in ``work/`` by a killed worker back to ``new/``; their keys.
+
+        A newer entry already in ``new/`` for the same key wins.
+        """
+        moved: list[str] = []
+        for path in sorted(self.dir("work").iterdir()):
+            if path.name.startswith("."):
+                continue
+            self._move_no_clobber(path, self.dir("new") / path.name)
+            moved.append(path.name)
+        return moved
+
+    def pending(self, *, settle: float = 0.0) -> list[Pending]:
+        """Entries in ``new/``, oldest first, with the time each may be processed.
+
+        ``ready_at`` is the later of ``spooled_at + settle`` and the entry's
+        retry time.
+        """
+        out: list[Pending] = []
+        waiting = set(os.listdir(self.dir("retry")))
+        for path in self.dir("new").iterdir():
+            if path.name.startswith("."):
+                continue
+            try:
+                mtime = path.stat().st_mtime
+            except FileNotFoundError:
+                continue  # claimed meanwhile
+            ready = mtime + settle
+            if f"{path.name}.json" in waiting:
+                state = self._retry_state(path.name)
+                ready = max(ready, float(state.get("next_at", 0.0)))
+            out.append(Pending(path.name, mtime, ready))
+        out.sort(key=lambda p: (p.spooled_at, p.key))
+        return out
+
+    def claim(self, key: str) -> Claimed | None:
+        """Rename ``new/<key>`` to ``work/<key>``; ``None`` when someone else was faster.
+
+        Raises:
+            SpoolError: when the entry cannot be read after the claim.
+        """
+        src, dst = self.dir("new") / key, self.dir("work") / key
+        try:
+            os.rename(src, dst)
+        except FileNotFoundError:
+            return None
+        try:
+            spooled_at = dst.stat().st_mtime
+            text = dst.read_bytes().decode("utf-8", errors="replace")
+        except OSError as exc:
+            raise SpoolError(
+                f"cannot read entry: {exc.strerror or exc}", Location(str(dst))
+            ) from None
+        state = self._retry_state(key)
+        return Claimed(
+            key=key,
+            path=dst,
+            text=text,
+            spooled_at=spooled_at,
+            attempts=int(state.get("attempts", 0)),
+            errors=[(float(t), str(m)) for t, m in state.get("errors", [])],
+        )
+
+    def ack(self, claimed: Claimed) -> None:
+        """The entry is done: ``work/<key>`` -> ``done/<key>`` (its mtime set to now)."""
+        dst = self.dir("done") / claimed.key
+        os.replace(claimed.path, dst)
+        now = self.clock()
+        with contextlib.suppress(OSError):
+            os.utime(dst, (now, now))
+        (self.dir("retry") / f"{claimed.key}.json").unlink(missing_ok=True)
+
+    def retry(self, claimed: Claimed, error: str, *, permanent: bool = False) -> bool:
+        """Record a failed try. Returns True when the entry will be retried.
+
+        Below ``max_attempts`` (and unless ``permanent``) the entry goes back to
+        ``new/`` with its next try ``policy.delay(attempts)`` seconds away;
+        otherwise it moves to ``failed/`` with a readable ``<key>.error``.
+        """
+        now = self.clock()
+        attempts = claimed.attempts + 1
+        errors = [*claimed.errors, (now, " ".join(error.split()))]
+        if permanent or attempts >= self.policy.max_attempts:
+            self._fail(claimed, attempts, errors, permanent)
+            return False
+        state = {
+            "attempts": attempts,
+            "next_at": now + self.policy.delay(attempts),
+            "errors": errors[-10:],
+        }
+        self._write_atomic(self.dir("retry") / f"{claimed.key}.json", json.dumps(state))
+        self._move_no_clobber(claimed.path, self.dir("new") / claimed.key)
+        return True
+
+    def _fail(
+        self, claimed: Claimed, attempts: int, errors: list[tuple[float, str]], permanent: bool
+    ) -> None:
+        why = "a permanent error" if permanent else f"{attempts} attempt(s)"
+        lines = [
+            f"key: {claimed.key}",
+            f"failed: {_utc(self.clock())} after {why}",
+            f"spooled: {_utc(claimed.spooled_at)}",
+            "errors:",
+            *(f"  {_utc(t)} {msg}" for t, msg in errors),
+            "",
+            f"The entry is {self.dir('failed') / claimed.key}. After fixing the cause, retry it",
+            "with 'sattr enqueue --retry-failed' (or move it back into new/).",
+        ]
+        self._write_atomic(self.dir("failed") / f"{claimed.key}.error", "\n".join(lines) + "\n")
+        os.replace(claimed.path, self.dir("failed") / claimed.key)
+        (self.dir("retry") / f"{claimed.key}.json").unlink(missing_ok=True)
+
+    def retry_failed(self, keys: list[str] | None = None) -> list[str]:
+        """Move failed entries (all, or ``keys``) back to ``new/`` with a fresh attempt count."""
+        moved = []
+        for path in sorted(self.dir("failed").iterdir()):
+            if path.name.endswith(".error") or path.name.startswith("."):
+                continue
+            if keys is not None and path.name not in keys:
+                continue
+            self._move_no_clobber(path, self.dir("new") / path.name)
+            (self.dir("failed") / f"{path.name}.error").unlink(missing_ok=True)
+            moved.append(path.name)
+        return moved
+
+    def enqueue(self, key: str, text: str) -> Path:
+        """Add an entry the way the hook does (``tmp/`` then rename into ``new/``)."""
+        tmp = self.dir("tmp") / f"{key}.{os.getpid()}"
+        dst = self.dir("new") / key
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, dst)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise SpoolError(f"cannot enqueue: {exc.strerror or exc}", Location(str(dst))) from None
+        return dst
+
+    # ------------------------------------------------------------------ housekeeping
+
+    def prune(self, retention: float) -> int:
+        """Delete ``done/`` entries older than ``retention`` seconds, stale ``tmp/`` files
+        (older than an hour: a hook that died mid-write) and orphaned retry states.
+        Returns how many files were removed."""
+        now = self.clock()
+        removed = 0
+        for name, age in (("done", retention), ("tmp", STALE_TMP_SECONDS)):
+            for path in self.dir(name).iterdir():
+                try:
+                    if now - path.stat().st_mtime > age:
+                        path.unlink()
+                        removed += 1
+                except FileNotFoundError:
+                    continue
+        for path in self.dir("retry").iterdir():
+            key = path.name.removesuffix(".json")
+            if not (self.dir("new") / key).exists() and not (self.dir("work") / key).exists():
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+    def counts(self) -> dict[str, int]:
+        """How many entries each state directory holds."""
+        out = {}
+        for name in ("new", "work", "done", "failed"):
+            d = self.dir(name)
+            out[name] = (
+                sum(1 for p in d.iterdir() if not p.name.endswith(".error")) if d.is_dir() else 0
+            )
+        return out
+
+    def _retry_state(self, key: str) -> dict[str, Any]:
+        path = self.dir("retry") / f"{key}.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _write_atomic(self, path: Path, text: str) -> None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+
+
+__all__ = ["SUBDIRS", "Claimed", "Pending", "RetryPolicy", "Spool"]

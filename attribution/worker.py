@@ -1,0 +1,281 @@
+"""The worker behind ``sattr worker``: spool entry -> Slurm job record -> evidence -> verdict.
+
+For each entry in the spool, oldest first, once it is ``settle_delay`` seconds
+old (node logs arrive late through syslog forwarding):
+
+1. parse the hook's entry (``slurm.hookenv``);
+2. resolve the job through the Slurm backend; a job Slurm has not finished
+   recording is retried later;
+3. drop COMPLETED jobs with exit code and derived exit code 0:0, or record
+   them as ``pass`` when ``record_pass`` is set (without reading logs);
+4. collect the evidence (``collect``), run ``analyze`` and save the verdict
+   (SQLite upsert by key, so an entry processed twice still gives one row);
+5. optionally write the one-line AdminComment, and record what happened;
+6. move the entry to ``done/`` (or back to ``new/`` for a retry, or to
+   ``failed/`` after ``retries.max_attempts``).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from attribution.analyze import AnalysisOptions, analyze, job_passed
+from attribution.collect import collect
+from attribution.config import Config
+from attribution.errors import AttributionError, SpoolError
+from attribution.model import JobRecord, Verdict
+from attribution.rules.loader import RuleSet, load_ruleset
+from attribution.slurm import JobRef, NotReady, SlurmBackend, make_backend
+from attribution.slurm.admincomment import format_admin_comment, is_own_comment, plan_comment
+from attribution.slurm.hookenv import parse_entry
+from attribution.sources import ReadContext, read_sources
+from attribution.spool import Claimed, RetryPolicy, Spool
+from attribution.store import Store
+from attribution.timeutil import zone
+
+log = logging.getLogger("attribution.worker")
+PRUNE_EVERY = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one entry: ``saved``, ``dropped``, ``retry`` or ``failed``."""
+
+    key: str
+    result: str
+    detail: str = ""
+
+
+def make_spool(config: Config) -> Spool:
+    """The spool the configuration names, with its retry policy."""
+    policy = RetryPolicy(
+        max_attempts=config.retries.max_attempts,
+        backoff=config.retries.backoff,
+        backoff_max=config.retries.backoff_max,
+    )
+    return Spool(config.spool, policy=policy)
+
+
+class Worker:
+    """Turns spool entries into stored verdicts (see the module docstring).
+
+    Args:
+        config: the site configuration.
+        store: the verdict store (opened from ``config.store`` when omitted).
+        backend: the Slurm backend (``make_backend`` when omitted).
+        ruleset: the rules (shipped plus ``config.rules`` when omitted).
+        spool: the spool (``config.spool`` when omitted).
+        clock: epoch seconds now (tests pass a fake).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        store: Store | None = None,
+        backend: SlurmBackend | None = None,
+        ruleset: RuleSet | None = None,
+        spool: Spool | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.store = store or Store(config.store)
+        self.backend = backend or make_backend(config.slurm, timezone=config.timezone)
+        self.ruleset = ruleset or load_ruleset(list(config.rules))
+        self.spool = spool or make_spool(config)
+        self.clock = clock
+        self.options = AnalysisOptions(
+            margin_before=config.window.before, margin_after=config.window.after
+        )
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ one job
+
+    def diagnose(self, job: JobRecord) -> Verdict:
+        """Collect the job's evidence and run ``analyze`` (never raises for bad evidence)."""
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        if job_passed(job):
+            return analyze(job, (), self.ruleset, options=self.options, diagnosed_at=now)
+        with collect(job, self.config) as col:
+            ctx = ReadContext(
+                tz=zone(job.timezone),
+                reference=job.start or job.end,
+                boot_times=dict(job.boot_times),
+                job_nodes=job.nodes,
+            )
+            readers, lines = read_sources(col.specs, ctx)
+            return analyze(
+                job,
+                lines,
+                self.ruleset,
+                coverage=lambda: [col.adjust(r.coverage()) for r in readers],
+                options=self.options,
+                diagnosed_at=now,
+            )
+
+    def write_comment(self, verdict: Verdict) -> tuple[str, str | None]:
+        """Write the AdminComment line if configured; returns ``(status, line)``.
+
+        Never raises: a Slurm error becomes an ``error: ...`` status.
+        """
+        settings = self.config.admin_comment
+        if not settings.enabled:
+            return "disabled", None
+        job = verdict.job
+        line = format_admin_comment(verdict, settings.max_length)
+        try:
+            admin = self.backend.get_comment(job, "AdminComment")
+            system = None
+            if settings.foreign == "system_comment" and not is_own_comment(admin):
+                system = self.backend.get_comment(job, "SystemComment")
+            plan = plan_comment(line, admin, system, settings.foreign)
+            if plan.field is not None:
+                self.backend.set_comment(job, plan.field, line)
+        except AttributionError as exc:
+            return f"error: {exc}", line
+        return plan.status, line
+
+    def process(self, claimed: Claimed) -> Outcome:
+        """Process one claimed entry and move it on; returns what happened."""
+        key = claimed.key
+        try:
+            entry = parse_entry(claimed.text, source=str(claimed.path), mtime=claimed.spooled_at)
+        except SpoolError as exc:
+            self.spool.retry(claimed, f"malformed entry: {exc}", permanent=True)
+            return Outcome(key, "failed", str(exc))
+        try:
+            job = self.backend.get_job(
+                JobRef.from_env(entry.env), entry.env, spooled_at=claimed.spooled_at
+            )
+            if job.key != key:
+                log.debug("entry %s resolves to key %s", key, job.key)
+            if job_passed(job) and not self.config.record_pass:
+                self.spool.ack(claimed)
+                return Outcome(key, "dropped", f"job {job.display_id} completed 0:0")
+            verdict = self.diagnose(job)
+            spooled = datetime.fromtimestamp(claimed.spooled_at, UTC)
+            self.store.save(verdict, admin_comment_status="pending", spooled_at=spooled)
+            if verdict.terminal_state.value == "pass":
+                status, line = "not-written-pass", None
+            else:
+                status, line = self.write_comment(verdict)
+            self.store.set_admin_comment(verdict.job.key, status, line)
+        except (NotReady, AttributionError) as exc:
+            return self._retry(claimed, str(exc))
+        except Exception as exc:  # a bug: keep the entry, say where
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            return self._retry(
+                claimed,
+                f"internal error {type(exc).__name__}: {exc} ({where.filename}:{where.lineno})",
+            )
+        self.spool.ack(claimed)
+        cause = verdict.cause.id if verdict.cause else "-"
+        return Outcome(
+            key,
+            "saved",
+            f"job {job.display_id}: {verdict.terminal_state.value} {verdict.sub_domain.value} "
+            f"{cause}; admin comment {status}",
+        )
+
+    def _retry(self, claimed: Claimed, error: str) -> Outcome:
+        if self.spool.retry(claimed, error):
+            return Outcome(claimed.key, "retry", error)
+        return Outcome(claimed.key, "failed", error)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run_ready(self) -> tuple[list[Outcome], float | None]:
+        """Process every entry that is ready now, oldest first.
+
+        Returns the outcomes and the epoch time the next waiting entry becomes
+        ready (``None`` when nothing waits).
+        """
+        outcomes: list[Outcome] = []
+        next_ready: float | None = None
+        for item in self.spool.pending(settle=self.config.settle_delay):
+            if self._stop.is_set():
+                break
+            if item.ready_at > self.clock():
+                next_ready = item.ready_at if next_ready is None else min(next_ready, item.ready_at)
+                continue
+            claimed = self.spool.claim(item.key)
+            if claimed is None:
+                continue
+            outcome = self.process(claimed)
+            level = logging.WARNING if outcome.result in ("retry", "failed") else logging.INFO
+            log.log(level, "%s %s: %s", outcome.result, outcome.key, outcome.detail)
+            outcomes.append(outcome)
+        return outcomes, next_ready
+
+    def stop(self, *_: Any) -> None:
+        """Ask ``run`` to return after the entry it is working on."""
+        self._stop.set()
+
+    def run(self, *, once: bool = False) -> list[Outcome]:
+        """Hold the spool lock, recover ``work/``, then process entries.
+
+        With ``once``, process what is ready and return; otherwise loop until
+        ``stop`` (SIGTERM/SIGINT in ``sattr worker``), sleeping up to
+        ``poll_interval`` seconds while idle.
+
+        Raises:
+            SpoolError: when the spool is unusable or another worker holds it.
+        """
+        self.spool.check()
+        done: list[Outcome] = []
+        with self.spool.locked():
+            recovered = self.spool.recover()
+            if recovered:
+                log.warning("recovered %d entr(ies) left in work/", len(recovered))
+            last_prune = 0.0
+            while not self._stop.is_set():
+                if self.clock() - last_prune >= PRUNE_EVERY:
+                    removed = self.spool.prune(self.config.retention)
+                    if removed:
+                        log.info("pruned %d old spool file(s)", removed)
+                    last_prune = self.clock()
+                outcomes, next_ready = self.run_ready()
+                done.extend(outcomes)
+                if once:
+                    break
+                if outcomes:
+                    continue
+                wait = self.config.poll_interval
+                if next_ready is not None:
+                    wait = max(0.05, min(wait, next_ready - self.clock()))
+                self._stop.wait(wait)
+        return done
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the loop after the current entry."""
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+
+    # ------------------------------------------------------------------ re-runs
+
+    def rediagnose(self, job: JobRecord, *, write_comment: bool = False) -> Verdict:
+        """Diagnose a stored job again with the current rules and save the new verdict.
+
+        The AdminComment is rewritten only with ``write_comment``; otherwise
+        the earlier write-back status is kept.
+        """
+        previous = self.store.row(job.key) or {}
+        verdict = self.diagnose(job)
+        status = previous.get("admin_comment_status")
+        line = previous.get("admin_comment")
+        self.store.save(verdict, admin_comment_status=status, admin_comment=line)
+        if write_comment and verdict.terminal_state.value != "pass":
+            status, line = self.write_comment(verdict)
+            self.store.set_admin_comment(job.key, status, line)
+        return verdict
+
+
+__all__ = ["Outcome", "Worker", "make_spool"]

@@ -1,0 +1,173 @@
+"""Which files a live diagnosis reads, and the job output safety checks."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from attribution.collect import Refused, collect, copy_job_output
+from attribution.config import Config
+from attribution.model import CoverageStatus, JobRecord, Stream
+from attribution.sources import ReadContext, read_sources
+
+OTHER_UID = 4242
+START = datetime(2026, 11, 30, 7, 0, tzinfo=UTC)
+
+
+def job(tmp_path: Path, **kw: object) -> JobRecord:
+    base: dict[str, object] = {
+        "job_id": "1",
+        "cluster": "c",
+        "nodes": ("node1", "node2"),
+        "nodelist": "node[1-2]",
+        "start": START,
+        "end": START + timedelta(minutes=10),
+        "uid": os.getuid(),
+        "user": "me",
+        "std_out": str(tmp_path / "out.log"),
+        "std_err": str(tmp_path / "out.log"),
+    }
+    base.update(kw)
+    return JobRecord(**base)  # type: ignore[arg-type]
+
+
+def config(tmp_path: Path, **kw: object) -> Config:
+    data: dict[str, object] = {
+        "logs": {
+            "kernel": [str(tmp_path / "hosts/{node}/kern.log*")],
+            "slurmctld": [str(tmp_path / "ctld.log")],
+        }
+    }
+    data.update(kw)
+    return Config.model_validate(data)
+
+
+def read_all(col, j: JobRecord) -> dict[tuple[str, str | None], object]:  # type: ignore[no-untyped-def]
+    readers, lines = read_sources(col.specs, ReadContext(job_nodes=j.nodes))
+    texts = [line.raw for line in lines]
+    cov = {(c.stream.value, c.node): c for c in (col.adjust(r.coverage()) for r in readers)}
+    cov["_lines"] = texts  # type: ignore[assignment]
+    return cov
+
+
+def touch(path: Path, text: str, when: datetime) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    os.utime(path, (when.timestamp(), when.timestamp()))
+
+
+def test_node_logs_rotations_and_window(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    touch(hosts / "node1/kern.log", "current\n", START + timedelta(minutes=20))
+    touch(hosts / "node1/kern.log.1.gz", "rotated\n", START + timedelta(minutes=1))
+    touch(hosts / "node1/kern.log.2.gz", "last month\n", START - timedelta(days=30))
+    (tmp_path / "out.log").write_text("job says hi\n")
+    j = job(tmp_path)
+    with collect(j, config(tmp_path)) as col:
+        cov = read_all(col, j)
+    node1 = cov[("kernel", "node1")]
+    assert [Path(f).name for f in node1.files] == ["kern.log.1.gz", "kern.log"]  # type: ignore[attr-defined]
+    assert node1.status is CoverageStatus.OK  # type: ignore[attr-defined]
+    node2 = cov[("kernel", "node2")]
+    assert node2.status is CoverageStatus.MISSING  # type: ignore[attr-defined]
+    assert "no file matches" in node2.reason  # type: ignore[attr-defined]
+    assert cov[("syslog", "node1")].reason.startswith("no path template")  # type: ignore[attr-defined]
+    assert cov[("slurmctld", None)].status is CoverageStatus.MISSING  # type: ignore[attr-defined]
+    assert cov["_lines"] == ["rotated", "current", "job says hi"]
+    assert ("job_stderr", None) not in cov  # StdErr is the same file as StdOut
+
+
+def refused(tmp_path: Path, j: JobRecord, cfg: Config | None = None) -> str:
+    with collect(j, cfg or config(tmp_path)) as col:
+        cov = read_all(col, j)
+    entry = cov[("job_stdout", None)]
+    assert entry.files == ()  # type: ignore[attr-defined]
+    assert cov["_lines"] == []
+    return f"{entry.status.value}: {entry.reason}"  # type: ignore[attr-defined]
+
+
+def test_symlink_is_not_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("root only\n")
+    (tmp_path / "out.log").symlink_to(secret)
+    assert "symbolic link" in refused(tmp_path, job(tmp_path))
+
+
+def test_file_of_another_user(tmp_path: Path) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to give a file away")
+    out = tmp_path / "out.log"
+    out.write_text("not yours\n")
+    os.chown(out, OTHER_UID, OTHER_UID)
+    assert "owned by uid 4242" in refused(tmp_path, job(tmp_path))
+
+
+def test_fifo_does_not_block(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "out.log")
+    assert "not a regular file" in refused(tmp_path, job(tmp_path))
+
+
+def test_device_and_dev_null(tmp_path: Path) -> None:
+    assert "not a regular file" in refused(tmp_path, job(tmp_path, std_out="/dev/zero"))
+    with collect(job(tmp_path, std_out="/dev/null", std_err="/dev/null"), config(tmp_path)) as c:
+        cov = read_all(c, job(tmp_path))
+    assert cov[("job_stdout", None)].status is CoverageStatus.EMPTY  # type: ignore[attr-defined]
+
+
+def test_compressed_output_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "out.log").write_bytes(gzip.compress(b"x" * 1000))
+    assert "compressed" in refused(tmp_path, job(tmp_path))
+
+
+def test_missing_output_and_unknown_owner(tmp_path: Path) -> None:
+    assert refused(tmp_path, job(tmp_path)).startswith("missing: ")
+    (tmp_path / "out.log").write_text("x\n")
+    no_owner = job(tmp_path, uid=None, user="no-such-user-here")
+    assert "job owner unknown" in refused(tmp_path, no_owner)
+    off = config(tmp_path, job_output={"read": False})
+    assert "turned off" in refused(tmp_path, job(tmp_path), off)
+
+
+def test_huge_output_keeps_the_tail(tmp_path: Path) -> None:
+    out = tmp_path / "out.log"
+    with open(out, "wb") as f:
+        f.truncate(512 * 1024 * 1024)  # sparse: 512 MiB of zeros costs nothing on disk
+        f.seek(0, 2)
+        f.write(b"\nTraceback (most recent call last):\nValueError: the end\n")
+    j = job(tmp_path)
+    cfg = config(tmp_path, job_output={"max_bytes": "64KiB"})
+    with collect(j, cfg) as col:
+        cov = read_all(col, j)
+        tmp = col.tmpdir
+        assert tmp is not None
+        assert (tmp / "job_stdout").stat().st_size == 64 * 1024
+    assert not tmp.exists()  # the private copy is gone
+    entry = cov[("job_stdout", None)]
+    assert entry.files == (str(out),)  # type: ignore[attr-defined]
+    assert "only the last 65536 bytes" in entry.reason  # type: ignore[attr-defined]
+    assert cov["_lines"][-1] == "ValueError: the end"
+
+
+def test_copy_checks_the_descriptor(tmp_path: Path) -> None:
+    src = tmp_path / "f"
+    src.write_bytes(b"a" * 10 + b"b" * 10)
+    dest = tmp_path / "copy"
+    assert copy_job_output(str(src), os.getuid(), 10, dest) == 10
+    assert dest.read_bytes() == b"b" * 10
+    with pytest.raises(Refused, match="owned by"):
+        copy_job_output(str(src), os.getuid() + 1, 10, dest)
+
+
+def test_shared_template_without_node(tmp_path: Path) -> None:
+    touch(tmp_path / "all.log", "x\n", START)
+    cfg = Config.model_validate({"logs": {"syslog": [str(tmp_path / "all.log")]}})
+    with collect(job(tmp_path), cfg) as col:
+        streams = [(s.stream, s.node, len(s.paths)) for s in col.specs]
+    assert (Stream.SYSLOG, None, 1) in streams

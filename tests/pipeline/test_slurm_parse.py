@@ -1,0 +1,177 @@
+"""Parsing what Slurm 22.05 printed (captured text), output patterns, and job records."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from attribution.slurm import JobRef
+from attribution.slurm.parse import (
+    NO_VAL,
+    PatternFields,
+    group_steps,
+    parse_sacct,
+    parse_scontrol,
+    split_jobid,
+)
+from attribution.slurm.parse import expand_output_pattern as expand
+from attribution.slurm.resolve import build_job_record, pick_record
+from tests.pipeline.conftest import FIXTURES, env_dump
+
+
+@pytest.fixture(scope="module")
+def sacct_rows() -> list[dict[str, str]]:
+    text = (FIXTURES / "sacct-P-all-jobs.txt").read_text()
+    return parse_sacct(text.split("\n", 1)[1])  # the first line is the command
+
+
+def test_captured_sacct_records(sacct_rows: list[dict[str, str]]) -> None:
+    records = group_steps(sacct_rows)
+    ids = [r.fields["JobID"] for r in records]
+    assert ids == [str(i) for i in range(1, 15)] + ["14", "15", "16"]
+    by_id = {r.fields["JobID"]: r for r in records}
+    assert by_id["7"].fields["DerivedExitCode"] == "7:0"
+    assert [s["JobID"] for s in by_id["7"].steps] == ["7.batch", "7.0"]
+    assert by_id["15"].fields["SubmitLine"].count("\n") == 6  # a multi-line SubmitLine
+    assert by_id["15"].fields["SubmitLine"].endswith('survived\\")\n"')
+    assert by_id["15"].fields["State"] == "FAILED"
+    assert by_id["15"].fields["ExitCode"] == "0:9"
+    assert len(by_id["11"].fields["AdminComment"]) == 65535
+    assert by_id["8"].fields["User"] == "alice"
+    assert by_id["8"].fields["AdminComment"] == "sattr:v1 spaces and ;semicolons, commas=equals"
+
+
+def test_newline_in_the_last_field_stays_in_that_record() -> None:
+    fields = ["JobID", "State", "AdminComment"]
+    text = "1|FAILED|line one\nline two\n1.batch|FAILED|\n2|COMPLETED|a|b\n"
+    rows = parse_sacct(text, fields)
+    assert [r["JobID"] for r in rows] == ["1", "1.batch", "2"]
+    assert rows[0]["AdminComment"] == "line one\nline two"
+    assert rows[2]["AdminComment"] == "a|b"
+
+
+def test_other_delimiter() -> None:
+    rows = parse_sacct("5\x1fFAILED\x1fhas|pipe\n", ["JobID", "State", "C"], delimiter="\x1f")
+    assert rows == [{"JobID": "5", "State": "FAILED", "C": "has|pipe"}]
+
+
+def test_split_jobid() -> None:
+    assert split_jobid("23_1.batch") == ("23", "1", "batch")
+    assert split_jobid("7") == ("7", None, None)
+    assert split_jobid("12+0.0") == ("12", None, "0")
+    assert split_jobid("None") is None
+
+
+def test_scontrol_one_line() -> None:
+    data = parse_scontrol((FIXTURES / "scontrol-job-10.txt").read_text())
+    assert data["JobState"] == "COMPLETING"
+    assert data["Reason"] == "TimeLimit"
+    assert data["StdOut"] == "/tmp/jobs/timeout2-10.out"
+    assert data["AllocNode:Sid"] == "localhost:2336"
+    assert data["Power"] == ""
+    assert parse_scontrol("JobId=1 Comment=two words here JobState=FAILED")["Comment"] == (
+        "two words here"
+    )
+
+
+PAT = PatternFields(
+    job_id="1", user="root", name="pat", first_node="vm", work_dir="/tmp/jt", array_job_id=None
+)
+
+
+def test_pattern_matches_slurmstepd_22_05() -> None:
+    # Measured on Slurm 22.05.8: sbatch -o 'p-%J-%s-%a-%n-%t-%N-%u-%x-%5j-%A.out' as job 1
+    # created /tmp/jt/p-1-batch-4294967294-0-0-vm-root-pat-00001-1.out
+    got = expand("p-%J-%s-%a-%n-%t-%N-%u-%x-%5j-%A.out", PAT)
+    assert got == "/tmp/jt/p-1-batch-4294967294-0-0-vm-root-pat-00001-1.out"
+    assert str(NO_VAL) in got
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("/abs/%%j-%j.log", "/abs/%j-1.log"),
+        ("out-%12j", "/tmp/jt/out-0000000001"),
+        ("%3N-%4u-%2x", "/tmp/jt/vm-root-pat"),
+        ("/x/a\\%j.out", "/x/a%j.out"),
+        ("/x/%q-%", "/x/%q-%"),
+        ("/x/%A_%a", "/x/7_3"),
+    ],
+)
+def test_pattern_cases(pattern: str, expected: str) -> None:
+    fields = PAT
+    if "%A_%a" in pattern:
+        fields = PatternFields(job_id="9", array_job_id="7", array_task_id="3")
+    assert expand(pattern, fields) == expected
+
+
+def test_job_record_from_captured_array_task(sacct_rows: list[dict[str, str]]) -> None:
+    env = env_dump("epilog-env-job-23.env")
+    job = build_job_record(None, None, env, timezone="UTC")
+    assert job.display_id == "23_2"
+    assert job.key == "testcluster_23_2_0"
+    assert job.std_out == "/tmp/jobs/arr-23_2.out"
+    assert job.std_err == job.std_out
+
+
+def test_job_record_precedence(sacct_rows: list[dict[str, str]]) -> None:
+    records = {r.fields["JobID"]: r for r in group_steps(sacct_rows)}
+    ctl = parse_scontrol((FIXTURES / "scontrol-job-10.txt").read_text())
+    job = build_job_record(records["10"], ctl, {}, timezone="UTC")
+    assert job.state == "TIMEOUT"  # sacct's final state, not scontrol's COMPLETING
+    assert job.exit_code == "0:0"
+    assert job.reason == "TimeLimit"  # scontrol's reason is more precise
+    assert job.std_out == "/tmp/jobs/timeout2-10.out"
+    assert job.time_limit == 60
+    alice = build_job_record(records["8"], None, env_dump("epilog-env-job-8.env"))
+    assert (alice.user, alice.uid, alice.state, alice.exit_code) == ("alice", 1001, "FAILED", "3:0")
+    assert alice.std_out == "/tmp/jobs/alice-alicejob-8.out"
+    cancelled = build_job_record(records["5"], None, {"SLURM_JOB_ID": "5"})
+    assert (cancelled.state, cancelled.cancelled_by) == ("CANCELLED", "0")
+
+
+def test_no_output_pattern_means_the_default() -> None:
+    job = build_job_record(
+        None, None, {"SLURM_JOB_ID": "26", "SLURM_JOB_WORK_DIR": "/w", "SLURM_JOB_NAME": "n"}
+    )
+    assert job.std_out == "/w/slurm-26.out"
+    arr = build_job_record(
+        None,
+        None,
+        {"SLURM_JOB_ID": "30", "SLURM_ARRAY_JOB_ID": "29", "SLURM_ARRAY_TASK_ID": "4"},
+    )
+    assert arr.std_out == "slurm-29_4.out"
+
+
+def test_requeued_job_picks_the_run_by_end_time() -> None:
+    fields = ["JobID", "JobIDRaw", "State", "End"]
+    text = "14|14|NODE_FAIL|1796019562\n14.batch|14.batch|CANCELLED|1796019562\n"
+    text += "14|14|CANCELLED by 0|1796019574\n"
+    records = group_steps(parse_sacct(text, fields))
+    assert len(records) == 2
+    first = pick_record(records, spooled_at=1796019563.2)
+    assert first is not None
+    assert first.fields["State"] == "NODE_FAIL"
+    last = pick_record(records, spooled_at=None)
+    assert last is not None
+    assert last.fields["State"] == "CANCELLED by 0"
+
+
+def test_job_refs() -> None:
+    assert JobRef.parse("1234").query_id == "1234"
+    assert JobRef.parse("23_1").query_id == "23_1"
+    assert JobRef.parse("s2MNM8NJZ1NP03").sluid == "s2MNM8NJZ1NP03"
+    with pytest.raises(Exception, match="not a job id"):
+        JobRef.parse("12;rm -rf")
+    env = env_dump("epilog-env-job-23.env")
+    assert JobRef.from_env(env).query_id == "23_2"
+
+
+def test_times_are_utc_epochs() -> None:
+    fields = {"JobIDRaw": "3", "State": "FAILED", "Start": "1796019347", "End": "Unknown"}
+    from attribution.slurm.parse import SacctRecord
+
+    job = build_job_record(SacctRecord(fields=fields), None, {})
+    assert job.start == datetime.fromtimestamp(1796019347, UTC)
+    assert job.end is None

@@ -1,0 +1,157 @@
+"""The worker's decisions with a stand-in Slurm (edge cases; the real path is in tests/slurm)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from attribution.config import Config
+from attribution.errors import SlurmError
+from attribution.model import JobRecord
+from attribution.rules.loader import RuleSet
+from attribution.slurm import JobRef, NotReady
+from attribution.slurm.hookenv import format_entry
+from attribution.store import Store
+from attribution.worker import Worker, make_spool
+
+T0 = datetime(2026, 11, 30, 7, 0, tzinfo=UTC)
+
+
+class StandIn:
+    """Answers get_job from a dict; records comment writes."""
+
+    name = "stand-in"
+
+    def __init__(self, jobs: dict[str, JobRecord | Exception]) -> None:
+        self.jobs = jobs
+        self.comments: dict[tuple[str, str], str] = {}
+
+    def get_job(
+        self, ref: JobRef, env: Mapping[str, str] | None = None, spooled_at: float | None = None
+    ) -> JobRecord:
+        found = self.jobs[ref.query_id]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def get_comment(self, job: JobRecord, field: str) -> str | None:
+        return self.comments.get((job.display_id, field))
+
+    def set_comment(self, job: JobRecord, field: str, text: str) -> None:
+        self.comments[(job.display_id, field)] = text
+
+
+def make(tmp_path: Path, ruleset: RuleSet, jobs, **cfg):  # type: ignore[no-untyped-def]
+    config = Config.model_validate(
+        {
+            "spool": str(tmp_path / "spool"),
+            "store": str(tmp_path / "v.sqlite"),
+            "settle_delay": 0,
+            "admin_comment": {"enabled": True},
+            **cfg,
+        }
+    )
+    spool = make_spool(config)
+    spool.create(mode=0o755)
+    backend = StandIn(jobs)
+    worker = Worker(config, backend=backend, ruleset=ruleset)  # type: ignore[arg-type]
+    return worker, spool, backend
+
+
+def record(job_id: str, state: str, exit_code: str = "0:0") -> JobRecord:
+    return JobRecord(
+        job_id=job_id,
+        cluster="c",
+        state=state,
+        exit_code=exit_code,
+        derived_exit_code="0:0",
+        nodes=("n1",),
+        nodelist="n1",
+        start=T0,
+        end=T0,
+        uid=0,
+        user="root",
+    )
+
+
+def enqueue(spool, job_id: str) -> str:  # type: ignore[no-untyped-def]
+    key = f"c_{job_id}_0"
+    spool.enqueue(key, format_entry({"SLURM_JOB_ID": job_id, "SLURM_CLUSTER_NAME": "c"}))
+    return key
+
+
+def test_outcomes(tmp_path: Path, ruleset: RuleSet) -> None:
+    jobs = {
+        "1": record("1", "COMPLETED"),
+        "2": record("2", "FAILED", "1:0"),
+        "3": NotReady("job 3 is RUNNING"),
+        "4": SlurmError("sacct failed: timed out"),
+    }
+    worker, spool, backend = make(tmp_path, ruleset, jobs)
+    for j in "1234":
+        enqueue(spool, j)
+    spool.enqueue("c_5_0", "garbage\n")
+    outcomes = {o.key: o.result for o in worker.run(once=True)}
+    assert outcomes == {
+        "c_1_0": "dropped",
+        "c_2_0": "saved",
+        "c_3_0": "retry",
+        "c_4_0": "retry",
+        "c_5_0": "failed",
+    }
+    rows = {r["key"]: r for r in Store(tmp_path / "v.sqlite").rows()}
+    assert list(rows) == ["c_2_0"]
+    assert rows["c_2_0"]["admin_comment_status"] == "written"
+    assert backend.comments[("2", "AdminComment")] == "sattr1 fail unattributed"
+    assert "bad header" in (spool.dir("failed") / "c_5_0.error").read_text()
+    assert spool.counts() == {"new": 2, "work": 0, "done": 2, "failed": 1}
+
+
+def test_record_pass_and_foreign_comment(tmp_path: Path, ruleset: RuleSet) -> None:
+    jobs = {"1": record("1", "COMPLETED"), "2": record("2", "FAILED", "2:0")}
+    worker, spool, backend = make(tmp_path, ruleset, jobs, record_pass=True)
+    backend.comments[("2", "AdminComment")] = "JS1:Short"
+    enqueue(spool, "1")
+    enqueue(spool, "2")
+    worker.run(once=True)
+    rows = {r["key"]: r for r in Store(tmp_path / "v.sqlite").rows()}
+    assert rows["c_1_0"]["terminal_state"] == "pass"
+    assert rows["c_1_0"]["admin_comment_status"] == "not-written-pass"
+    assert rows["c_2_0"]["admin_comment_status"] == "skipped-foreign"
+    assert backend.comments[("2", "AdminComment")] == "JS1:Short"
+
+
+def test_twice_is_one_verdict(tmp_path: Path, ruleset: RuleSet) -> None:
+    worker, spool, _ = make(tmp_path, ruleset, {"2": record("2", "FAILED", "1:0")})
+    enqueue(spool, "2")
+    worker.run(once=True)
+    enqueue(spool, "2")
+    worker.run(once=True)
+    db = sqlite3.connect(tmp_path / "v.sqlite")
+    assert db.execute("SELECT count(*) FROM verdicts").fetchone() == (1,)
+    assert db.execute("SELECT count(*) FROM coverage").fetchone()[0] > 0
+
+
+def test_store_migrates_an_m001_database(tmp_path: Path) -> None:
+    from sqlite_utils import Database
+
+    from attribution.store import m001_initial
+
+    db = Database(tmp_path / "old.sqlite")
+    m001_initial(db)
+    db.execute("CREATE TABLE _sqlite_migrations (migration_set TEXT, name TEXT, applied_at TEXT)")
+    db.execute(
+        "INSERT INTO _sqlite_migrations VALUES ('attribution', 'm001_initial', '2026-11-30')"
+    )
+    db.close()
+    store = Store(tmp_path / "old.sqlite")
+    assert "admin_comment" in store.db.table("verdicts").columns_dict
+
+
+@pytest.fixture(autouse=True)
+def _no_real_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")

@@ -1,0 +1,108 @@
+"""A real Slurm for the tests in this directory (started by .ci/slurm-up.sh).
+
+The tests skip, naming the reason, when no cluster is reachable; with
+``ATTRIBUTION_REQUIRE_SLURM=1`` (set by .ci/run) they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REQUIRE = os.environ.get("ATTRIBUTION_REQUIRE_SLURM") == "1"
+SPOOL = Path(os.environ.get("ATTRIBUTION_CI_SPOOL", "/var/tmp/attribution-ci/spool"))
+TEST_USER = os.environ.get("SLURM_TEST_USER", "slurmtest")
+
+
+def sh(*argv: str, user: str | None = None, check: bool = True, timeout: float = 60) -> str:
+    """Run a command (as ``user`` when given) and return its stdout."""
+    if user:
+        argv = ("runuser", "-u", user, "--", *argv)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr}")
+    return done.stdout
+
+
+def slurm_problem() -> str | None:
+    if os.getuid() != 0:
+        return "the Slurm tests run as root (they set nodes down and write AdminComments)"
+    for tool in ("sbatch", "sacct", "scontrol", "sacctmgr", "squeue", "scancel"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    try:
+        if "UP" not in sh("scontrol", "ping", check=False, timeout=15):
+            return "slurmctld does not answer 'scontrol ping'"
+        subprocess.run(
+            ["sacct", "-n", "-X", "-S", "now-1minutes"], check=True, timeout=30, capture_output=True
+        )
+    except (subprocess.SubprocessError, AssertionError) as exc:
+        return f"Slurm does not answer: {exc}"
+    if not (SPOOL / "new").is_dir():
+        return f"the hook's spool {SPOOL} does not exist (.ci/slurm-up.sh creates it)"
+    conf = Path("/etc/slurm/slurm.conf")
+    if not conf.is_file() or "attribution-ci" not in conf.read_text():
+        return "this cluster was not started by .ci/slurm-up.sh (our hook is not installed)"
+    return None
+
+
+@dataclass
+class Cluster:
+    node: str
+    spool: Path
+    user: str
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    problem = slurm_problem()
+    if problem:
+        if REQUIRE:
+            pytest.fail(f"ATTRIBUTION_REQUIRE_SLURM=1 but {problem}")
+        pytest.skip(f"no usable Slurm cluster: {problem}")
+    node = sh("hostname", "-s").strip()
+    return Cluster(node=node, spool=SPOOL, user=TEST_USER)
+
+
+def sbatch(*args: str, user: str | None = None) -> str:
+    return sh("sbatch", "--parsable", *args, user=user).strip().split(";")[0]
+
+
+def job_state(job: str) -> str:
+    """The job's state: squeue while slurmctld holds it, else sacct."""
+    out = sh("squeue", "-h", "-j", job, "-t", "all", "-o", "%T", check=False).strip()
+    if out:
+        return out.splitlines()[0]
+    out = sh("sacct", "-n", "-X", "-P", "-j", job, "-o", "State", check=False).strip()
+    return out.splitlines()[-1] if out else ""
+
+
+def wait_state(job: str, pattern: str, timeout: float = 90) -> str:
+    end = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < end:
+        state = job_state(job)
+        if re.fullmatch(pattern, state):
+            return state
+        time.sleep(0.5)
+    raise AssertionError(f"job {job} never reached {pattern} (last state {state!r})")
+
+
+def wait_node_idle(node: str, timeout: float = 90) -> None:
+    end = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < end:
+        state = sh("sinfo", "-h", "-N", "-n", node, "-o", "%T", check=False).strip()
+        if state in ("idle", "mixed"):
+            return
+        if state.startswith(("down", "drain")):
+            sh("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        time.sleep(1)
+    raise AssertionError(f"node {node} is {state!r}, not idle")
