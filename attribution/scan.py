@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -151,13 +152,18 @@ class LiteralScanner:
             flags=flags,
         )
 
+        local = threading.local()  # hyperscan scratch space must not be shared between threads
+
         def find(data: bytes) -> list[int]:
             ends: list[int] = []
+            scratch = getattr(local, "scratch", None)
+            if scratch is None:
+                scratch = local.scratch = hyperscan.Scratch(db)
 
             def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
                 ends.append(end)
 
-            db.scan(data, match_event_handler=on_match)
+            db.scan(data, match_event_handler=on_match, scratch=scratch)
             return ends
 
         return find

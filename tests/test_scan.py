@@ -82,3 +82,16 @@ def test_verdicts_do_not_depend_on_the_engine(bundle: Path, ruleset: RuleSet) ->
     plain = verdict_to_dict(diagnose_bundle(bundle, ruleset, engine="python")[1])
     fast = verdict_to_dict(diagnose_bundle(bundle, ruleset, engine=ENGINES[0])[1])
     assert plain == fast
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_one_scanner_is_safe_to_share_between_threads(engine: str) -> None:
+    import concurrent.futures
+
+    rnd = random.Random(3)
+    blocks = [b"\n".join(rnd.choice([b"ok", b"NVRM: Xid 79", b"loss", b"NCCL WARN x"]) for _ in range(20000)) for _ in range(16)]
+    scanner = LiteralScanner(LITS, engine)
+    expected = [_reference(b, LITS) for b in blocks]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for _ in range(3):
+            assert list(pool.map(scanner.line_starts, blocks)) == expected
