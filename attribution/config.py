@@ -115,6 +115,21 @@ class AdminComment(_Strict):
     max_length: int = Field(default=256, ge=32, le=65535)
 
 
+class Reading(_Strict):
+    """How evidence is read.
+
+    ``engine``: the line pre-filter (``auto`` picks hyperscan, then RE2, then
+    Python's ``re``; all give the same verdict). ``workers``: sources read
+    ahead in threads (pays off on network file systems). ``seek_threshold``:
+    node logs larger than this are read by time window (bisection) instead of
+    from the start.
+    """
+
+    engine: Literal["auto", "hyperscan", "re2", "python"] = "auto"
+    workers: int = Field(default=8, ge=1, le=64)
+    seek_threshold: ByteSize = ByteSize(1 << 20)
+
+
 class Retries(_Strict):
     """Retries of a spool entry that failed (Slurm unreachable, job not in sacct yet)."""
 
@@ -151,6 +166,7 @@ class Config(_Strict):
     logs: LogPaths = LogPaths()
     job_output: JobOutput = JobOutput()
     window: Window = Window()
+    reading: Reading = Reading()
     admin_comment: AdminComment = AdminComment()
     record_pass: bool = False
     timezone: str = "UTC"
@@ -264,6 +280,7 @@ logs:
   fabricmanager: ["/var/log/hosts/{node}/fabricmanager.log*"]
   slurmctld: ["/var/log/slurm/slurmctld.log*"]
 window: {before: 5m, after: 5m}
+reading: {engine: auto, workers: 8, seek_threshold: 1MiB}
 job_output: {read: true, max_bytes: 64MiB}
 admin_comment: {enabled: false, foreign: skip, max_length: 256}
 record_pass: false
@@ -279,6 +296,7 @@ __all__ = [
     "Config",
     "JobOutput",
     "LogPaths",
+    "Reading",
     "Retries",
     "SlurmSettings",
     "Window",

@@ -27,19 +27,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from attribution.analyze import AnalysisOptions, analyze, job_passed
+from attribution.analyze import AnalysisOptions, analyze, job_passed, read_window
 from attribution.collect import collect
 from attribution.config import Config
 from attribution.errors import AttributionError, SpoolError
 from attribution.model import JobRecord, Verdict
 from attribution.rules.loader import RuleSet, load_ruleset
+from attribution.scan import read_context
 from attribution.slurm import JobRef, NotReady, SlurmBackend, make_backend
 from attribution.slurm.admincomment import format_admin_comment, is_own_comment, plan_comment
 from attribution.slurm.hookenv import parse_entry
-from attribution.sources import ReadContext, read_sources
+from attribution.sources import read_sources
 from attribution.spool import Claimed, RetryPolicy, Spool
 from attribution.store import Store
-from attribution.timeutil import zone
 
 log = logging.getLogger("attribution.worker")
 PRUNE_EVERY = 3600.0
@@ -105,13 +105,15 @@ class Worker:
         if job_passed(job):
             return analyze(job, (), self.ruleset, options=self.options, diagnosed_at=now)
         with collect(job, self.config) as col:
-            ctx = ReadContext(
-                tz=zone(job.timezone),
-                reference=job.start or job.end,
-                boot_times=dict(job.boot_times),
-                job_nodes=job.nodes,
+            reading = self.config.reading
+            ctx = read_context(
+                job,
+                self.ruleset,
+                window=read_window(job, self.options),
+                engine=None if reading.engine == "auto" else reading.engine,
             )
-            readers, lines = read_sources(col.specs, ctx)
+            ctx.seek_threshold = int(reading.seek_threshold)
+            readers, lines = read_sources(col.specs, ctx, workers=reading.workers)
             return analyze(
                 job,
                 lines,
