@@ -2,8 +2,8 @@
 
 ``{{`` and ``}}`` produce literal braces. A placeholder whose value is unknown
 renders as ``?`` so a summary never silently drops a word, except inside an
-optional segment ``(( ... ))``, which is left out entirely unless every
-placeholder in it has a value: ``"out of memory(( on GPU {gpu}))"``.
+optional segment ``[[ ... ]]``, which is left out entirely unless every
+placeholder in it has a value: ``"out of memory[[ on GPU {gpu}]]"``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([a-z_][a-z0-9_]*)\}")
-_OPTIONAL = re.compile(r"\(\((.*?)\)\)", re.DOTALL)
+_OPTIONAL = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 UNKNOWN = "?"
 
 
