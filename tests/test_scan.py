@@ -89,7 +89,12 @@ def test_one_scanner_is_safe_to_share_between_threads(engine: str) -> None:
     import concurrent.futures
 
     rnd = random.Random(3)
-    blocks = [b"\n".join(rnd.choice([b"ok", b"NVRM: Xid 79", b"loss", b"NCCL WARN x"]) for _ in range(20000)) for _ in range(16)]
+    blocks = [
+        b"\n".join(
+            rnd.choice([b"ok", b"NVRM: Xid 79", b"loss", b"NCCL WARN x"]) for _ in range(20000)
+        )
+        for _ in range(16)
+    ]
     scanner = LiteralScanner(LITS, engine)
     expected = [_reference(b, LITS) for b in blocks]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import statistics
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -153,28 +152,6 @@ def test_burst_of_1000_calls(spool_dir: Path) -> None:
     names = {p.name for p in (spool_dir / "new").iterdir()}
     assert names == {f"testcluster_{1000 + i}_0" for i in range(1000)}
     assert list((spool_dir / "tmp").iterdir()) == []
-
-
-def test_hook_latency() -> None:
-    """Sequential calls: p99 well under the 5 ms target on a quiet machine (bound kept loose
-    here because CI machines are shared; bench numbers go to the report)."""
-    spool = Path(os.environ.get("TMPDIR", "/tmp")) / f"attr-lat-{os.getpid()}"
-    for sub in ("tmp", "new"):
-        (spool / sub).mkdir(parents=True, exist_ok=True)
-    try:
-        env = {**env_dump("epilog-env-job-8.env"), "ATTRIBUTION_SPOOL": str(spool)}
-        times = []
-        for i in range(200):
-            env["SLURM_JOB_ID"] = str(i)
-            t0 = time.perf_counter()
-            subprocess.run([str(HOOK)], env=env, check=True)
-            times.append(time.perf_counter() - t0)
-        times.sort()
-        p50, p99 = statistics.median(times), times[int(len(times) * 0.99) - 1]
-        print(f"hook latency over 200 calls: p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms")
-        assert p99 < 0.05
-    finally:
-        shutil.rmtree(spool, ignore_errors=True)
 
 
 def test_shellcheck_is_clean() -> None:
