@@ -3370,9 +3370,12 @@ def sweep(n: int, seed: int) -> list[Scenario]:
     out: list[Scenario] = []
     for i in range(n):
         chain = rng.choices(chains, weights)[0]
-        # mostly small jobs, as on a real cluster; every 40th job is a big one
-        u = rng.random() ** 2.5 if i % 40 != 12 else rng.uniform(0.9, 1.0)
-        count = max(2, min(1024, round(2 ** (1 + 9 * u))))
+        # mostly small jobs (2-128 nodes, log-skewed), as on a real cluster; every 40th job
+        # is a big one (256-1,024 nodes)
+        if i % 40 == 12:
+            count = rng.choice([256, 384, 512, 768, 1024])
+        else:
+            count = max(2, min(128, round(2 ** (1 + 6 * rng.random() ** 2))))
         if chain in ("ib_link_flap", "peer_lost_no_evidence"):
             count = max(count, 3)
         platform: Platform = rng.choice(_SWEEP_PLATFORMS)
