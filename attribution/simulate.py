@@ -75,7 +75,9 @@ ChainName = Literal[
     "nvlink5_fault",
     "nvswitch_fatal",
     "fabric_manager_down",
+    "fabric_manager_restarted",
     "ib_link_flap",
+    "ib_init_config",
     "gpu_oom",
     "cgroup_oom",
     "node_oom",
@@ -1742,6 +1744,13 @@ def _chain_nvswitch_fatal(sim: _Sim) -> _Result:
         f"detected NVSwitch fatal error {o['sxid']} on fid 0 on NVSwitch pci bus id "
         f"0000{swbus} physical id {sw} port {link}",
     )
+    hb = (sw + 1) % 4
+    sim.kernel(
+        a,
+        t + 0.8,
+        f"nvidia-nvswitch{hb}: SXid (PCI:{_NVSWITCH_BUSES[hb]}): 19084, Non-fatal, Link "
+        f"{rng.randrange(8, 60)} AN1 Heartbeat Timeout Error (First)",
+    )
     gpus = rng.sample(range(sim.gpus), k=min(2, sim.gpus))
     for g in gpus:
         sim.kernel(
@@ -1862,6 +1871,72 @@ def _chain_fabric_manager_down(sim: _Sim) -> _Result:
     return _Result(end, "FAILED", "1:0", exp)
 
 
+def _chain_fabric_manager_restarted(sim: _Sim) -> _Result:
+    """CHAINS.md §5: Fabric Manager restarted without a GPU reset -> NVLS multicast setup fails."""
+    f = sim.sc.fault
+    _Options("fabric_manager_restarted", f.options, {})
+    if not sim.has_fm:
+        raise ValueError("fabric_manager_restarted needs an NVSwitch platform (a100, h100, b200)")
+    a = sim.node_named(f.node)
+    sim.quiet.add(a.name)
+    rng = sim.rng
+    restart = sim.t0 - rng.uniform(1800, 6 * 3600)
+    sim.syslog(a, restart, "systemd[1]", "Stopping NVIDIA fabric manager service...")
+    sim.syslog(
+        a, restart + 2, "systemd[1]", "nvidia-fabricmanager.service: Deactivated successfully."
+    )
+    sim.syslog(a, restart + 2, "systemd[1]", "Stopped NVIDIA fabric manager service.")
+    sim.syslog(a, restart + 3, "systemd[1]", "Starting NVIDIA fabric manager service...")
+    sim.syslog(a, restart + 15, "systemd[1]", "Started NVIDIA fabric manager service.")
+    ready = _job_start(sim)
+    t = ready + rng.uniform(0.5, 3)
+    handle = rng.getrandbits(62)
+    sim.fm(
+        a,
+        t,
+        "ERROR",
+        f"failed to find the GPU handle {handle} in the multicast team request setup "
+        f"{rng.getrandbits(62)}.",
+    )
+    size = rng.choice([1073741824, 2147483648, 536870912])
+    for r in list(sim.ranks_of(a))[: 2 if len(sim.nodes) > 64 else sim.rpn]:
+        sim.nccl(
+            r,
+            t + 0.2,
+            "WARN",
+            f"Failed to bind NVLink SHARP (NVLS) Multicast memory of size {size} : CUDA error "
+            "800 'operation not permitted'.",
+            tid_off=404,
+            src="transport/nvls.cc:156",
+        )
+        sim.rank_block(
+            r,
+            t + 0.4,
+            [
+                "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/"
+                "distributed/c10d/ProcessGroupNCCL.cpp:2027, unhandled cuda error (run with "
+                f"NCCL_DEBUG=INFO for details), NCCL version {sim.nccl_version}",
+                "ncclUnhandledCudaError: Call to CUDA function failed.",
+                "Last error:",
+                f"Failed to bind NVLink SHARP (NVLS) Multicast memory of size {size} : CUDA "
+                "error 800 'operation not permitted'.",
+            ],
+        )
+    end = _fail_job(sim, t + 1, list(sim.ranks_of(a))[:1], 1, "closed", first_node=a)
+    exp = _expected(
+        sim,
+        "fail",
+        "system_software",
+        [a],
+        "fm.multicast_gpu_handle",
+        f"nvidia-fabricmanager on {a.name} was restarted hours before the job without a GPU "
+        "reset; at the first collective Fabric Manager could not find the GPU handle of the "
+        "multicast team and NCCL failed to bind NVLS memory (CUDA 800) on that node's ranks "
+        "(CHAINS.md §5, nccl#1488).",
+    )
+    return _Result(end, "FAILED", "1:0", exp)
+
+
 def _chain_ib_link_flap(sim: _Sim) -> _Result:
     """CHAINS.md §6: IB/RoCE port error on A -> peers' completion errors naming A's address."""
     o = _Options("ib_link_flap", sim.sc.fault.options, {"hca_fatal": False, "origin_logs": True})
@@ -1963,6 +2038,41 @@ def _chain_ib_link_flap(sim: _Sim) -> _Result:
     return _Result(end, "FAILED", "134:0", exp, needs=needs)
 
 
+def _chain_ib_init_config(sim: _Sim) -> _Result:
+    """CHAINS.md §6 discriminator: retry-exceeded (status 12) right at the first collective on
+    every node, each naming its own ring neighbours, with no port error anywhere: RoCE GID /
+    routing / subnet configuration, not one bad link."""
+    f = sim.sc.fault
+    _Options("ib_init_config", f.options, {})
+    if len(sim.nodes) < 3:
+        raise ValueError("ib_init_config needs at least 3 nodes")
+    rng = sim.rng
+    ready = _job_start(sim)
+    t = ready + rng.uniform(1, 5)
+    failed: dict[int, int] = {}
+    n = len(sim.nodes)
+    for node in sim.sample_peers([]):
+        for r in list(sim.ranks_of(node))[:2]:
+            ring = sim.nodes[(node.index + 1) % n] if r % 2 == 0 else sim.nodes[node.index - 1]
+            _peer_remote_error(sim, r, t + rng.uniform(7, 9), ring, "ib12")
+            failed[r] = -6
+    end = _teardown(sim, t + 20, failed, first_node=sim.nodes[0])
+    exp = _expected(
+        sim,
+        "fail",
+        "system_software",
+        [],
+        "ib.init_config",
+        "Every reporting node's first RDMA transfers failed with status 12 (retry exceeded), "
+        "each naming its own ring neighbours, before any training step and with no port error "
+        "or link-down anywhere: the fabric cannot route between the nodes (RoCE GID / routing "
+        "/ subnet configuration, CHAINS.md §6 discriminator), not one node's link. Fabric "
+        "routing is arguably infrastructure.",
+        acceptable=["infrastructure"],
+    )
+    return _Result(end, "FAILED", "134:0", exp)
+
+
 def _oom_lines(sim: _Sim, a: _Node, t: float, rank: int, constraint: str) -> None:
     rng = sim.rng
     pid = sim.pid(rank)
@@ -2001,51 +2111,74 @@ def _oom_lines(sim: _Sim, a: _Node, t: float, rank: int, constraint: str) -> Non
 
 
 def _chain_gpu_oom(sim: _Sim) -> _Result:
-    """CHAINS.md §8 (left column): CUDA out of memory on one rank -> peers chain 7."""
+    """CHAINS.md §8 (left column): CUDA out of memory on one rank -> peers chain 7.
+
+    Option ``leftover_process``: another process (left over from an earlier job)
+    holds most of the GPU, and the rank's own use is small -- the catalog's
+    ``app.cuda.oom`` discriminator for infrastructure.
+    """
     f = sim.sc.fault
-    _Options("gpu_oom", f.options, {})
+    o = _Options("gpu_oom", f.options, {"leftover_process": False})
     a = sim.node_named(f.node)
     gpu = f.gpu if f.gpu is not None else sim.rng.randrange(sim.gpus)
     ready = _job_start(sim)
     t = _fault_time(sim, ready, 0.02, 0.2)
     _progress(sim, ready, t)
     origin = sim.ranks_of(a)[gpu]
-    req = sim.rng.uniform(1, 12)
-    sim.rank_block(
-        origin,
-        t,
-        _traceback(
-            _frames(
-                sim,
-                (
-                    "/usr/local/lib/python3.10/dist-packages/torch/nn/modules/linear.py",
-                    125,
-                    "forward",
-                    "return F.linear(input, self.weight, self.bias)",
-                ),
-            ),
-            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {req:.2f} GiB. GPU "
-            f"{gpu} "
-            f"has a total capacity of 79.11 GiB of which {req / 3:.2f} GiB is free. Including "
-            f"non-PyTorch memory, this process has 78.{sim.rng.randrange(10, 99)} GiB memory in "
-            "use. Of the "
-            "allocated memory 74.20 GiB is allocated by PyTorch, and 2.31 GiB is reserved by "
-            "PyTorch "
-            "but unallocated. If reserved but unallocated memory is large try setting "
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
-        ),
+    rng = sim.rng
+    req = rng.uniform(1, 12)
+    head = (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {req:.2f} GiB. "
+        f"GPU {gpu} has a total capacity of 79.11 GiB of which "
     )
+    if o["leftover_process"]:
+        other = rng.uniform(55, 66)
+        own = 79.0 - other
+        text = (
+            f"{head}{rng.randrange(2, 90)}.62 MiB is free. Process {rng.randrange(20000, 90000)} "
+            f"has {other:.2f} GiB memory in use. Including non-PyTorch memory, this process has "
+            f"{own:.2f} GiB memory in use. Of the allocated memory {own - 1.9:.2f} GiB is "
+            "allocated by PyTorch, and 1.21 GiB is reserved by PyTorch but unallocated."
+        )
+    else:
+        text = (
+            f"{head}{req / 3:.2f} GiB is free. Including non-PyTorch memory, this process has "
+            f"78.{rng.randrange(10, 99)} GiB memory in use. Of the allocated memory 74.20 GiB "
+            "is allocated by PyTorch, and 2.31 GiB is reserved by PyTorch but unallocated. If "
+            "reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+        )
+    frame = (
+        "/usr/local/lib/python3.10/dist-packages/torch/nn/modules/linear.py",
+        125,
+        "forward",
+        "return F.linear(input, self.weight, self.bias)",
+    )
+    sim.rank_block(origin, t, _traceback(_frames(sim, frame), text))
     end = _fail_job(sim, t + 1, [origin], 1, "closed", first_node=a)
-    exp = _expected(
-        sim,
-        "fail",
-        "application",
-        [],
-        "app.cuda.oom",
-        f"Rank {origin} ran out of GPU memory (torch.OutOfMemoryError, its own process "
-        "holds nearly all of the GPU); the other ranks then lost it (CHAINS.md §8, "
-        "GPU OOM column). The job's sizing is the cause; no node is to blame.",
-    )
+    if o["leftover_process"]:
+        exp = _expected(
+            sim,
+            "fail",
+            "infrastructure",
+            [a],
+            "app.cuda.oom_foreign_process",
+            f"Rank {origin} hit CUDA out of memory, but its own process used only a fraction of "
+            f"the GPU: another process held most of GPU {gpu} on {a.name} (a leftover from an "
+            "earlier job). catalog app.cuda.oom / CHAINS.md §8: memory held by a different "
+            "process makes it infrastructure (the node was not clean), not the job's sizing.",
+        )
+    else:
+        exp = _expected(
+            sim,
+            "fail",
+            "application",
+            [],
+            "app.cuda.oom",
+            f"Rank {origin} ran out of GPU memory (torch.OutOfMemoryError, its own process "
+            "holds nearly all of the GPU); the other ranks then lost it (CHAINS.md §8, "
+            "GPU OOM column). The job's sizing is the cause; no node is to blame.",
+        )
     return _Result(end, "FAILED", "1:0", exp)
 
 
@@ -2723,59 +2856,63 @@ def _chain_user_cancel(sim: _Sim) -> _Result:
 
 
 def _chain_lustre_eviction(sim: _Sim) -> _Result:
-    """CHAINS.md §12: A's Lustre client is evicted; the checkpoint write fails with EIO."""
+    """CHAINS.md §12: Lustre clients are evicted; the checkpoint write fails with EIO.
+
+    Option ``nodes``: how many nodes (the fault node first) lose the same OST at
+    once -- CHAINS.md §12 notes several at once usually means the storage side.
+    """
     f = sim.sc.fault
-    _Options("lustre_eviction", f.options, {})
+    o = _Options("lustre_eviction", f.options, {"nodes": 1})
     a = sim.node_named(f.node)
-    sim.quiet.add(a.name)
     rng = sim.rng
+    count = max(1, min(int(o["nodes"]), len(sim.nodes)))
+    others = [n for n in sim.nodes if n is not a]
+    hit = [a, *sorted(rng.sample(others, count - 1), key=lambda n: n.index)]
+    sim.quiet.update(n.name for n in hit)
     ready = _job_start(sim)
     t = _fault_time(sim, ready)
     _progress(sim, ready, t)
     ost = f"lustre-OST{rng.randrange(0, 64):04x}"
-    obd = f"{ost}-osc-ffff{rng.getrandbits(32):08x}{rng.getrandbits(16):04x}"
     nid = f"10.2.{rng.randrange(0, 8)}.{rng.randrange(2, 250)}@o2ib"
-    sim.kernel(
-        a,
-        t,
-        f"Lustre: {obd}: Connection to {ost} (at {nid}) was lost; in progress operations "
-        "using this service will wait for recovery to complete",
-    )
-    sim.kernel(
-        a,
-        t + 40,
-        f"LustreError: 167-0: {obd}: This client was evicted by {ost}; in progress "
-        "operations using this service will fail.",
-    )
-    sim.kernel(a, t + 41, f"Lustre: {obd}: Connection restored to {nid} (at {nid})")
+    for k, node in enumerate(hit):
+        obd = f"{ost}-osc-ffff{rng.getrandbits(32):08x}{rng.getrandbits(16):04x}"
+        dt = k * rng.uniform(0.0, 0.5)
+        sim.kernel(
+            node,
+            t + dt,
+            f"Lustre: {obd}: Connection to {ost} (at {nid}) was lost; in progress operations "
+            "using this service will wait for recovery to complete",
+        )
+        sim.kernel(
+            node,
+            t + 40 + dt,
+            f"LustreError: 167-0: {obd}: This client was evicted by {ost}; in progress "
+            "operations using this service will fail.",
+        )
+        sim.kernel(node, t + 41 + dt, f"Lustre: {obd}: Connection restored to {nid} (at {nid})")
     origin = sim.ranks_of(a)[0]
+    frame = (
+        "/usr/local/lib/python3.10/dist-packages/torch/serialization.py",
+        652,
+        "save",
+        "with _open_zipfile_writer(f) as opened_zipfile:",
+    )
     sim.rank_block(
-        origin,
-        t + 41.5,
-        _traceback(
-            _frames(
-                sim,
-                (
-                    "/usr/local/lib/python3.10/dist-packages/torch/serialization.py",
-                    652,
-                    "save",
-                    "with _open_zipfile_writer(f) as opened_zipfile:",
-                ),
-            ),
-            "OSError: [Errno 5] Input/output error",
-        ),
+        origin, t + 41.5, _traceback(_frames(sim, frame), "OSError: [Errno 5] Input/output error")
     )
     end = _fail_job(sim, t + 42, [origin], 1, "closed", first_node=a)
+    where = a.name if count == 1 else f"{count} nodes (first {a.name})"
     exp = _expected(
         sim,
         "fail",
         "infrastructure",
-        [a],
+        hit,
         "fs.lustre_evicted",
-        f"{a.name}'s Lustre client lost {ost} and was evicted; the checkpoint write on "
-        "that node failed with EIO and the job died (CHAINS.md §12).",
+        f"The Lustre client of {where} lost {ost} and was evicted; the checkpoint write on "
+        f"{a.name} failed with EIO and the job died (CHAINS.md §12: the node(s) with the "
+        "filesystem errors).",
     )
-    return _Result(end, "FAILED", "1:0", exp, needs=[("kernel", a.name)])
+    return _Result(end, "FAILED", "1:0", exp, needs=[("kernel", n.name) for n in hit])
 
 
 def _chain_nfs_hang(sim: _Sim) -> _Result:
@@ -3008,7 +3145,9 @@ _CHAIN_FUNCS: dict[str, ChainFn] = {
     "nvlink5_fault": _chain_nvlink5_fault,
     "nvswitch_fatal": _chain_nvswitch_fatal,
     "fabric_manager_down": _chain_fabric_manager_down,
+    "fabric_manager_restarted": _chain_fabric_manager_restarted,
     "ib_link_flap": _chain_ib_link_flap,
+    "ib_init_config": _chain_ib_init_config,
     "gpu_oom": _chain_gpu_oom,
     "cgroup_oom": _chain_cgroup_oom,
     "node_oom": _chain_node_oom,
@@ -3294,7 +3433,9 @@ _SWEEP_WEIGHTS: dict[str, float] = {
     "nvlink5_fault": 4,
     "nvswitch_fatal": 3,
     "fabric_manager_down": 3,
+    "fabric_manager_restarted": 2,
     "ib_link_flap": 5,
+    "ib_init_config": 2,
     "gpu_oom": 6,
     "cgroup_oom": 4,
     "node_oom": 2,
@@ -3339,6 +3480,8 @@ _OPTION_CHOICES: dict[str, list[dict[str, Any]]] = {
         {"precursor": "panic"},
     ],
     "user_cancel": [{}, {}, {"by": "admin"}],
+    "gpu_oom": [{}, {}, {}, {"leftover_process": True}],
+    "lustre_eviction": [{}, {}, {"nodes": 3}],
 }
 
 _SWEEP_PLATFORMS: list[Platform] = ["a100", "h100", "h100", "b200"]
@@ -3376,12 +3519,16 @@ def sweep(n: int, seed: int) -> list[Scenario]:
             count = rng.choice([256, 384, 512, 768, 1024])
         else:
             count = max(2, min(128, round(2 ** (1 + 6 * rng.random() ** 2))))
-        if chain in ("ib_link_flap", "peer_lost_no_evidence"):
+        if chain in ("ib_link_flap", "ib_init_config", "peer_lost_no_evidence"):
             count = max(count, 3)
         platform: Platform = rng.choice(_SWEEP_PLATFORMS)
         if chain == "nvlink5_fault":
             platform = rng.choice(_BLACKWELL)
-        if chain in ("nvswitch_fatal", "fabric_manager_down") and platform not in (
+        if chain in (
+            "nvswitch_fatal",
+            "fabric_manager_down",
+            "fabric_manager_restarted",
+        ) and platform not in (
             "a100",
             "h100",
             "b200",
@@ -3391,12 +3538,11 @@ def sweep(n: int, seed: int) -> list[Scenario]:
         names = expand_hostlist(nodes)
         options = dict(rng.choice(_OPTION_CHOICES.get(chain, [{}])))
         root = rng.choice(names)
-        if chain == "node_failure" and root == names[0] and len(names) > 1:
-            root = names[1]
         missing: dict[str, list[str]] = {}
         if rng.random() < 0.3 and len(names) > 2:
             victim = rng.choice([x for x in names if x != root])
-            missing[rng.choice(["kernel", "syslog", "fabricmanager"])] = [victim]
+            streams = ["syslog", "fabricmanager"] if options.get("nodes") else ["kernel", "syslog"]
+            missing[rng.choice([*streams, "fabricmanager"])] = [victim]
         if chain == "peer_lost_no_evidence":
             missing["kernel"] = [*missing.get("kernel", []), root]
         if rng.random() < 0.1:

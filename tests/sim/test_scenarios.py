@@ -60,6 +60,19 @@ KNOWN_GAPS: dict[str, str] = {
         "'Kernel panic - not syncing: Fatal machine check' after MCE lines is read as a kernel "
         "panic (system_software); CHAINS.md §10 upgrades a boot that ends in MCE to hardware"
     ),
+    "gpu-oom-leftover-process-8n": (
+        "cuda-out-of-memory is application and blames no node; the OOM message shows another "
+        "process holds most of the GPU, which the catalog (app.cuda.oom) and CHAINS.md §8 make "
+        "infrastructure on that node"
+    ),
+    "ib-init-config-32n": (
+        "ib-peer-suspect blames one node although every node names its own ring neighbours "
+        "(no dominant peer, no port error): CHAINS.md §6 reads that as RoCE/routing config"
+    ),
+    "fm-restarted-nvls-8n": (
+        "NVLS failure blamed on gpu001 as well: torchrun's [rankN] lines under srun --label "
+        "get the label (node task id) as rank, which maps to another node"
+    ),
     "xid48-cuda-only-torchrun-label-4n": (
         "with torchrun under 'srun --label' the label is the node's task id, not the rank; "
         "parse_prefix keeps the label as the rank, so CUDA 214 is put on the wrong node"
