@@ -193,6 +193,19 @@ class Scenario(_Strict):
     ``fabricmanager``) to nodes whose file is absent (``"*"`` = every node).
     ``kernel_formats`` restricts the per-node kernel log style (drawn from all
     when omitted). ``compress`` is the fraction of node files written gzip'd.
+
+    Job shape: ``platform`` picks the GPU PCI layout (and whether NVSwitches and
+    Fabric Manager exist: a100/h100/b200 HGX yes, gb200 trays no);
+    ``gpus_per_node`` defaults to 8 (4 on gb200), one rank per GPU. ``launcher``
+    is ``torchrun`` (one srun task per node; ``[rankN]:`` tags, ChildFailedError
+    summaries) or ``srun`` (one task per rank); ``srun_label`` adds srun's
+    ``--label`` task prefix. ``torch_style`` ``new`` is PyTorch >= 2.4 logging,
+    ``old`` is 2.1-2.3 (untimed C++ lines, bracketed torchrun logging).
+    ``split_output`` writes job/stdout.log and job/stderr.log instead of one
+    merged file; ``nccl_debug`` ``WARN`` drops NCCL's INFO lines (and with them
+    the rank and address identity). ``peer_sample`` bounds how many peer nodes
+    print a full cascade; ``slurmctld_log`` writes the controller's lines about
+    the job even when the chain adds none.
     """
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -570,7 +583,7 @@ class _Sim:
         self.job_lines: list[tuple[float, int, str, bool]] = []
         self.ctld_lines: list[tuple[float, int, str]] = []
         self.last_seq = 0  # last collective sequence number
-        self.quiet: set[str] = set()  # nodes whose kernel log gets no noise (root evidence)
+        self.quiet: set[str] = set()  # root nodes: never picked for red herrings
         self.booted: set[str] = set()  # nodes whose boot lines were already written
         self.no_fm: set[str] = set()  # nodes whose Fabric Manager is not running
         self.forced_missing: set[tuple[str, str]] = set()  # (stream, node) the chain removes
@@ -608,9 +621,6 @@ class _Sim:
         avoid_set = set(avoid)
         pool = [n for n in self.nodes if n.name not in avoid_set] or self.nodes
         return pool[self.rng.randrange(len(pool))]
-
-    def others(self, node: _Node) -> list[_Node]:
-        return [n for n in self.nodes if n is not node]
 
     def sample_peers(self, exclude: Iterable[_Node]) -> list[_Node]:
         skip = {n.name for n in exclude}
@@ -3337,6 +3347,21 @@ def generate(scenario: Scenario) -> SimBundle:
     else:
         files["job/stdout.log"] = _join([x[2] for x in job_lines])
     if sim.ctld_lines or scenario.slurmctld_log:
+        sim.ctld(
+            sim.t0 - 2,
+            f"sched: Allocate JobId={sim.job_id} "
+            f"NodeList={compress_hostlist(n.name for n in sim.nodes)} "
+            f"#CPUs={len(sim.nodes) * 96} Partition=gpu",
+        )
+        sim.ctld(
+            end,
+            f"_job_complete: JobId={sim.job_id} "
+            + (
+                "WEXITSTATUS " + result.exit_code.split(":")[0]
+                if result.state == "FAILED"
+                else "done"
+            ),
+        )
         ctld = []
         for t, _s, msg in sorted(sim.ctld_lines):
             ctld.append(format_line("slurmctld", sim.local(t), msg))
