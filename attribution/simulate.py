@@ -104,7 +104,7 @@ ChainName = Literal[
 CHAINS: tuple[str, ...] = ChainName.__args__  # type: ignore[attr-defined]
 
 Platform = Literal["a100", "h100", "b200", "gb200"]
-KernelFormat = Literal["dmesg_t", "raw", "syslog", "journal", "iso"]
+KernelFormat = Literal["dmesg_t", "raw", "syslog", "journal", "short_iso", "iso"]
 
 # PCI buses of the GPUs on common baseboards (bus numbers as lspci prints them).
 _GPU_BUSES: dict[str, list[str]] = {
@@ -412,6 +412,7 @@ LineFormat = Literal[
     "raw",
     "syslog",
     "journal",
+    "short_iso",
     "iso",
     "syslog_short",
     "fabricmanager",
@@ -447,6 +448,7 @@ def format_line(
     - ``raw``: ``[12345.678901] msg`` (``dmesg``);
     - ``syslog``: ``Mar  4 10:12:01 host kernel: [12345.678901] msg`` (rsyslog kern.log);
     - ``journal``: ``Mar 04 10:12:01 host kernel: msg`` (``journalctl -k``);
+    - ``short_iso``: ``2025-03-04T10:12:01+0100 host kernel: msg`` (``journalctl -o short-iso``);
     - ``iso``: ``2025-03-04T10:12:01.123456+00:00 host kernel: msg`` (RFC 3339 rsyslog);
     - ``syslog_short``: ``Mar  4 10:12:01 host ident: msg`` (any syslog program);
     - ``fabricmanager``: ``[Mar 04 2025 10:12:01] msg`` (msg carries ``[LEVEL] [tid N]``);
@@ -468,6 +470,8 @@ def format_line(
         return f"{mon} {d.day:2d} {d:%H:%M:%S} {host} kernel: [{uptime:12.6f}] {msg}"
     if kind == "journal":
         return f"{mon} {d.day:02d} {d:%H:%M:%S} {host} {ident}: {msg}"
+    if kind == "short_iso":
+        return f"{d:%Y-%m-%dT%H:%M:%S%z} {host} {ident}: {msg}"
     if kind == "iso":
         return f"{d.isoformat(timespec='microseconds')} {host} {ident}: {msg}"
     if kind == "syslog_short":
@@ -545,7 +549,9 @@ class _Sim:
         self.nccl_version = rng.choice(_NCCL_VERSIONS)
         self.has_fm = sc.platform in ("a100", "h100", "b200")
         self.fqdn = rng.random() < 0.2
-        formats = list(sc.kernel_formats or ["dmesg_t", "raw", "syslog", "journal", "iso"])
+        formats = list(
+            sc.kernel_formats or ["dmesg_t", "raw", "syslog", "journal", "short_iso", "iso"]
+        )
         subnet = rng.randrange(0, 200)
         netdev = rng.choice(["ib0", "ib0", "ibp12s0", "enp12s0np0"])
         self.nodes: list[_Node] = []
@@ -556,6 +562,7 @@ class _Sim:
                 "raw": "dmesg.log",
                 "syslog": "kern.log",
                 "journal": "kernel.log",
+                "short_iso": "kernel.log",
                 "iso": "kernel.log",
             }[kfmt]
             skew = sc.skew.nodes.get(name)
@@ -3275,7 +3282,7 @@ def _render_kernel(sim: _Sim, node: _Node) -> list[str]:
 
 
 def _render_syslog(sim: _Sim, node: _Node) -> list[str]:
-    kind: LineFormat = "iso" if node.kfmt == "iso" else "syslog_short"
+    kind: LineFormat = node.kfmt if node.kfmt in ("iso", "short_iso") else "syslog_short"  # type: ignore[assignment]
     out: list[str] = []
     for t, _seq, msg in sorted(node.syslog_lines):
         ident, _, text = msg.partition(": ")

@@ -73,6 +73,11 @@ KNOWN_GAPS: dict[str, str] = {
         "NVLS failure blamed on gpu001 as well: torchrun's [rankN] lines under srun --label "
         "get the label (node task id) as rank, which maps to another node"
     ),
+    "ib-peer-vote-origin-missing-256n": (
+        "ib-peer-vote counts status-5 (WR flush) completions as votes: the nodes that aborted "
+        "first are named by more flush reports than the failed node is by status-12 reports; "
+        "CHAINS.md §0.5 says status 5 is always secondary to an earlier 12/13/4"
+    ),
     "xid48-cuda-only-torchrun-label-4n": (
         "with torchrun under 'srun --label' the label is the node's task id, not the rank; "
         "parse_prefix keeps the label as the rank, so CUDA 214 is put on the wrong node"

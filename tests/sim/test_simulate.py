@@ -137,6 +137,7 @@ TIMED_KINDS = [
     "dmesg_t",
     "syslog",
     "journal",
+    "short_iso",
     "iso",
     "syslog_short",
     "fabricmanager",
@@ -155,7 +156,7 @@ def test_format_parses_back_to_its_time(kind: str, when: datetime) -> None:
     assert got.time is not None, line
     assert abs((got.time - when).total_seconds()) < 1.0, line
     assert got.text == "NVRM: hello"
-    if kind in ("syslog", "journal", "iso", "syslog_short"):
+    if kind in ("syslog", "journal", "short_iso", "iso", "syslog_short"):
         assert got.host == "gpu007"
 
 
@@ -198,7 +199,7 @@ def test_rank_tag_wins_over_the_srun_task_label() -> None:
 # --------------------------------------------------------------------- times, skew, window
 
 
-@pytest.mark.parametrize("fmt", ["dmesg_t", "syslog", "journal", "iso", "raw"])
+@pytest.mark.parametrize("fmt", ["dmesg_t", "syslog", "journal", "short_iso", "iso", "raw"])
 def test_root_line_has_the_intended_time_with_skew(fmt: str) -> None:
     scenario = _scenario(
         fault={"at": 1800.0},
