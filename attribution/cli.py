@@ -83,6 +83,7 @@ def main() -> None:
     sattr backtest DIR...       score bundles against their expected.yaml
     sattr demo                  diagnose the bundled sample jobs
     sattr rules lint|test       check rules the way CI does
+    sattr simulate ...          write simulated bundles with their expected answer
     """
 
 
@@ -235,6 +236,40 @@ def demo(db: str | None, as_json: bool, rule_dirs: tuple[str, ...]) -> None:
         click.echo(f"sattr: error: {line}", err=True)
     if failed:
         sys.exit(1)
+
+
+# --------------------------------------------------------------------- simulate
+
+
+@main.command()
+@click.argument("args", nargs=-1, required=True, metavar="[SCENARIO.yaml] OUTDIR")
+@click.option("--sweep", "sweep_n", type=click.IntRange(1), default=None, help="Draw N scenarios.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sweep.")
+def simulate(args: tuple[str, ...], sweep_n: int | None, seed: int) -> None:
+    """Write simulated evidence bundles (with expected.yaml) into OUTDIR/<scenario>.
+
+    \b
+    sattr simulate SCENARIO.yaml OUTDIR      the scenario(s) in a YAML file
+    sattr simulate --sweep N --seed S OUTDIR  N varied scenarios drawn from seed S
+    Then score them: sattr backtest OUTDIR
+    """
+    from attribution.simulate import load_scenarios, sweep, write_bundle
+
+    want = 1 if sweep_n is not None else 2
+    if len(args) != want:
+        raise click.UsageError(
+            "expected OUTDIR" if sweep_n is not None else "expected SCENARIO.yaml OUTDIR"
+        )
+    try:
+        scenarios = sweep(sweep_n, seed) if sweep_n is not None else load_scenarios(args[0])
+        out = Path(args[-1])
+        for scenario in scenarios:
+            write_bundle(scenario, out / scenario.name)
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
+    click.echo(
+        f"wrote {len(scenarios)} bundle(s) under {out}; score them with: sattr backtest {out}"
+    )
 
 
 # --------------------------------------------------------------------- live commands

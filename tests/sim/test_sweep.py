@@ -1,0 +1,154 @@
+"""A seeded sweep of simulated jobs, scored the way ``sattr backtest`` scores bundles.
+
+The done-criterion of issue 4 is asserted as is (>= 98 % exact-or-acceptable on
+sub_domain, >= 95 % responsible-node accuracy over >= 200 jobs). The families
+whose rules are known to be missing or wrong are listed in KNOWN_GAP_FAMILIES;
+every other family must be right on every job, so a regression anywhere else
+fails today, and the threshold test flips from xfail to pass (strict) once the
+gaps are closed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from attribution.backtest import CaseResult, Report, score_case
+from attribution.bundle import diagnose_bundle
+from attribution.rules.loader import RuleSet, load_ruleset
+from attribution.simulate import Scenario, expand_hostlist, sweep, write_bundle
+
+SWEEP_SIZE = 200
+SWEEP_SEED = 4
+
+# chain -> why the current rules get its jobs wrong (see test_scenarios.KNOWN_GAPS)
+KNOWN_GAP_FAMILIES: dict[str, str] = {
+    "fabric_manager_down": "the CUDA-802 verdict names no node",
+    "node_oom": "node-wide OOM is application/no node, CHAINS.md §8 says infrastructure/node",
+    "collective_hang": "torchrun's SIGABRT outranks the collective hang",
+    "exit_unexplained": "srun's step-cancel after a task failure reads as a user cancel",
+    "peer_lost_no_evidence": "killed-unexplained blames no node",
+    "killed_unexplained": "killed-unexplained blames no node",
+    "ib_init_config": "the IB peer vote blames one node when every node names its neighbours",
+}
+
+
+def known_gap(scenario: Scenario) -> str | None:
+    """Why the current rules are expected to get this sweep job wrong, or None."""
+    chain = scenario.fault.chain
+    options = scenario.fault.options
+    if chain in KNOWN_GAP_FAMILIES:
+        return KNOWN_GAP_FAMILIES[chain]
+    if chain == "gpu_oom" and options.get("leftover_process"):
+        return "CUDA OOM caused by another process's memory is read as the job's own OOM"
+    if chain == "node_failure" and options.get("precursor") == "mce":
+        return "a fatal machine check followed by a panic reads as system_software"
+    if chain == "ib_link_flap" and options.get("origin_logs") is False:
+        return FLUSH_VOTES
+    return None
+
+
+# a gap that only bites when the draw makes it (here: when status-5 flush reports naming
+# one of the first victims outnumber the status-12 reports naming the failed link)
+FLUSH_VOTES = "the IB peer vote counts status-5 flush completions like status 12"
+SOMETIMES = {FLUSH_VOTES}
+
+
+_RULES: RuleSet | None = None
+
+
+def _score(job: tuple[Scenario, str]) -> tuple[Scenario, CaseResult]:
+    scenario, workdir = job
+    global _RULES
+    if _RULES is None:
+        _RULES = load_ruleset()
+    root = write_bundle(scenario, Path(workdir) / scenario.name)
+    bundle, verdict = diagnose_bundle(root, _RULES)
+    assert bundle.expected is not None
+    return scenario, score_case(scenario.name, str(root), bundle.expected, verdict)
+
+
+def _run(scenarios: list[Scenario], workdir: Path) -> Iterator[tuple[Scenario, CaseResult]]:
+    jobs = [(s, str(workdir)) for s in scenarios]
+    workers = min(4, os.cpu_count() or 1)
+    if workers <= 1:
+        yield from map(_score, jobs)
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        yield from pool.map(_score, jobs, chunksize=4)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Scenario, CaseResult]]:
+    workdir = tmp_path_factory.mktemp("sweep")
+    return list(_run(sweep(SWEEP_SIZE, SWEEP_SEED), workdir))
+
+
+def _ok(result: CaseResult) -> bool:
+    return result.score in ("exact", "acceptable") and bool(result.nodes_ok)
+
+
+def _describe(results: list[tuple[Scenario, CaseResult]]) -> str:
+    return "\n".join(
+        f"{r.name}: expected {r.expected_sub_domain} {r.expected_nodes}, got "
+        f"{r.got_sub_domain} {r.got_nodes} via {r.cause}"
+        for _, r in results
+    )
+
+
+def test_sweep_is_varied() -> None:
+    scenarios = sweep(SWEEP_SIZE, SWEEP_SEED)
+    chains = Counter(s.fault.chain for s in scenarios)
+    sizes = [len(expand_hostlist(s.nodes)) for s in scenarios]
+    assert len(scenarios) == SWEEP_SIZE
+    assert len(chains) >= 20
+    assert min(sizes) == 2
+    assert max(sizes) >= 512
+    assert sum(1 for s in scenarios if s.skew.max_seconds > 0) > SWEEP_SIZE // 2
+    assert sum(1 for s in scenarios if s.missing) > SWEEP_SIZE // 10
+    assert sum(1 for s in scenarios if s.out_of_window) > SWEEP_SIZE // 10
+    assert sum(1 for s in scenarios if s.noise.benign_xid_nodes) > SWEEP_SIZE // 10
+    expected_kinds = {"hardware", "system_software", "infrastructure", "application"}
+    expected_kinds |= {"ambiguous", "unattributed"}
+    assert expected_kinds <= {_expected_domain(s) for s in scenarios}
+
+
+def _expected_domain(scenario: Scenario) -> str:
+    from attribution.simulate import generate
+
+    return generate(scenario).expected.sub_domain
+
+
+def test_sweep_jobs_without_known_gaps_are_right(
+    swept: list[tuple[Scenario, CaseResult]],
+) -> None:
+    wrong = [(s, r) for s, r in swept if known_gap(s) is None and not _ok(r)]
+    assert not wrong, _describe(wrong)
+
+
+def test_known_gaps_are_still_gaps(swept: list[tuple[Scenario, CaseResult]]) -> None:
+    """A gap that no longer fails must be removed from the list (it would hide regressions)."""
+    gaps = {known_gap(s) for s, _ in swept} - {None} - SOMETIMES
+    failing = {known_gap(s) for s, r in swept if not _ok(r)} - {None}
+    assert gaps <= failing
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known rule gaps (see known_gap): "
+    + ", ".join(
+        [*sorted(KNOWN_GAP_FAMILIES), "gpu_oom leftover", "node_failure mce", "IB flush votes"]
+    ),
+)
+def test_sweep_meets_the_accuracy_targets(swept: list[tuple[Scenario, CaseResult]]) -> None:
+    report = Report(cases=[r for _, r in swept])
+    node_ok, judged = report.node_accuracy()
+    failing = [(c, r) for c, r in swept if not _ok(r)]
+    assert len(report.cases) >= 200
+    assert report.rate("exact", "acceptable") >= 0.98, _describe(failing)
+    assert node_ok / judged >= 0.95, _describe(failing)
