@@ -252,3 +252,87 @@ def test_json_has_every_design_field(ruleset: RuleSet) -> None:
     assert data["symptom_chain"][0]["role"] == ChainRole.ROOT.value
     assert set(data["ruleset"]) == {"version", "digest"}
     assert data["diagnosed_at"] == "2025-06-01T10:00:00Z"
+
+
+TORCHRUN_ROOT = [
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  time      : 2025-06-01_10:05:00",
+    "  host      : n2.cluster.local",
+    "  rank      : 5 (local_rank: 1)",
+    "  exitcode  : 1 (pid: 4242)",
+    "  error_file: <N/A>",
+    "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+]
+
+
+def test_a_rank_named_by_torchrun_root_cause_block_is_placed_on_its_host(
+    ruleset: RuleSet,
+) -> None:
+    """CUDA 214 printed by [rank5] with no host: torchrun's summary says rank 5 ran on n2."""
+    out = ["[rank5]: RuntimeError: CUDA error: uncorrectable ECC error encountered", *TORCHRUN_ROOT]
+    v = analyze(job(), lines(Stream.JOB_STDOUT, None, out), ruleset)
+    assert v.sub_domain is SubDomain.HARDWARE
+    assert [r.node for r in v.responsible] == ["n2"]
+
+
+def test_a_node_less_anchor_blames_the_node_of_the_other_evidence(ruleset: RuleSet) -> None:
+    """CUDA 802 from ranks we cannot place, and Fabric Manager failed on n1: n1 is to blame."""
+    out = ["RuntimeError: CUDA error: system not yet initialized"]
+    fm = [
+        k(
+            T0 - timedelta(minutes=2),
+            "nvidia-fabricmanager.service: Failed with result 'exit-code'.",
+        ).replace("kernel:", "systemd[1]:")
+    ]
+    v = analyze(
+        job(), lines(Stream.JOB_STDOUT, None, out) + lines(Stream.SYSLOG, "n1", fm), ruleset
+    )
+    assert v.cause is not None and v.cause.id == "fabricmanager-not-running"
+    assert [r.node for r in v.responsible] == ["n1"]
+    # with nothing that names a node, nobody is blamed
+    alone = analyze(job(), lines(Stream.JOB_STDOUT, None, out), ruleset)
+    assert alone.cause is not None and alone.cause.id == "fabricmanager-not-running"
+    assert alone.responsible == ()
+
+
+def _ib(node: str, peer: str, status: int = 12) -> str:
+    return (
+        f"{node}:1:2 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+        f"{peer}<40000> with status={status} opcode=0 len=0 vendor err 129 (Recv)"
+    )
+
+
+def test_ib_vote_never_blames_an_address_and_needs_one_standout_peer(ruleset: RuleSet) -> None:
+    four = job(nodes="n[1-4]")
+    # n1 and n2 both name 10.9.9.9, which no node of the job is known by
+    unknown = [_ib("n1", "10.9.9.9"), _ib("n2", "10.9.9.9")]
+    v = analyze(four, lines(Stream.JOB_STDOUT, None, unknown), ruleset)
+    assert v.sub_domain is SubDomain.INFRASTRUCTURE
+    assert v.responsible == () and "10.9.9.9" in v.summary
+    # known through the job record's addresses: the peer is blamed by name
+    known = job(nodes="n[1-4]", node_addresses={"n3": ["10.9.9.9"]})
+    v = analyze(known, lines(Stream.JOB_STDOUT, None, unknown), ruleset)
+    assert [r.node for r in v.responsible] == ["n3"]
+    # every node names its own ring neighbours: no suspect, the fabric's configuration
+    ring = [_ib(f"n{i}", f"10.0.0.{(i % 4) + 1}") for i in range(1, 5)]
+    ring += [_ib(f"n{i}", f"10.0.0.{((i - 2) % 4) + 1}") for i in range(1, 5)]
+    v = analyze(four, lines(Stream.JOB_STDOUT, None, ring), ruleset)
+    assert v.cause is not None and v.cause.id == "ib-fabric-unreachable"
+    assert v.sub_domain is SubDomain.SYSTEM_SOFTWARE and v.responsible == ()
+    # flush completions (status 5) are what every queue pair reports after teardown: no votes
+    flush = [_ib("n1", "n3", 5), _ib("n2", "n3", 5), _ib("n4", "n3", 5)]
+    v = analyze(four, lines(Stream.JOB_STDOUT, None, flush), ruleset)
+    assert all(r.node != "n3" for r in v.responsible)
+
+
+def test_srun_step_cancel_after_a_task_failed_is_not_a_cancel(ruleset: RuleSet) -> None:
+    stamp = (T0 + timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%S")
+    out = [f"slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT {stamp} ***"]
+    failed = analyze(job(), lines(Stream.JOB_STDOUT, None, out), ruleset)
+    assert failed.terminal_state is TerminalState.FAIL
+    assert failed.cause is None or failed.cause.id != "cancelled"
+    # offline, with no sacct state, the cancel line is still read as a cancel
+    unknown = analyze(job(state=None), lines(Stream.JOB_STDOUT, None, out), ruleset)
+    assert unknown.cause is not None and unknown.cause.id == "cancelled"
+    assert unknown.terminal_state is TerminalState.CANCELLED

@@ -124,3 +124,61 @@ summary: never
     issues = lint(load_ruleset([site]))
     checks = {i.check for i in issues if "wrong-name.yaml" in i.location.path}
     assert {"id-matches-filename", "event-known"} <= checks
+
+
+def test_ratio_fields_must_name_filled_fields(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    rule = GOOD_RULE.format(id="site-boom", word="boom").replace(
+        "    what: what\n", "    what: what\n    share: {ratio: [what, nowhere]}\n"
+    )
+    (site / "site-boom.yaml").write_text(rule)
+    with pytest.raises(RuleErrors) as info:
+        load_ruleset([site], include_shipped=False)
+    messages = [str(e) for e in info.value.errors]
+    assert any("'share' is a ratio of 'nowhere'" in m for m in messages), messages
+    assert any(m.startswith(f"{site / 'site-boom.yaml'}:") for m in messages), messages
+
+
+def test_bytes_and_ratio_fields_are_filled(tmp_path: Path) -> None:
+    from attribution.rules.examples import run_all
+
+    site = tmp_path / "site"
+    site.mkdir()
+    rule = """\
+schema: 1
+id: site-gpu-mem
+kind: extractor
+version: 1
+title: A site's GPU memory line
+description: Tests the bytes type and ratio fields.
+status: test
+streams: [job]
+match:
+  contains: "held"
+  regex: 'held (?P<used>[\\d.]+ \\w+) of (?P<total>[\\d.]+ \\w+)'
+emit:
+  event: app.gpu_mem
+  role: context
+  label: "memory held"
+  fields:
+    used: {group: used, type: bytes}
+    total: {group: total, type: bytes}
+    share: {ratio: [used, total]}
+examples:
+  match:
+    - line: "held 20 GiB of 80 GiB"
+      fields: {used: 21474836480, total: 85899345920, share: 0.25}
+    - line: "held 1.5 GB of 0 GB"
+      fields: {used: 1500000000, total: 0, share: null}
+    - line: "held 3 bananas of 8 KiB"
+      fields: {used: 3 bananas, total: 8192, share: null}
+  no_match:
+    - "nothing here"
+"""
+    (site / "site-gpu-mem.yaml").write_text(rule)
+    ruleset = load_ruleset([site], include_shipped=False)
+    results = run_all(ruleset)
+    assert len(results) == 4 and all(r.passed for r in results), [
+        r for r in results if not r.passed
+    ]

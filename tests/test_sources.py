@@ -115,3 +115,32 @@ def test_bundle_lists_every_node_stream(tmp_path: Path) -> None:
         for stream in (Stream.KERNEL, Stream.SYSLOG, Stream.FABRICMANAGER):
             assert (stream, node) in keys
     assert any("notes.txt" in n for n in bundle.notes)
+
+
+def test_known_boot_time_applies_only_after_the_last_boot_banner(tmp_path: Path) -> None:
+    """The job record's boot time is the node's latest boot: a dmesg capture that also holds an
+    earlier boot must not place that boot's lines with it (they would land at random times)."""
+    from datetime import UTC, datetime, timedelta
+
+    boot = datetime(2025, 7, 14, 19, 0, tzinfo=UTC)
+    path = tmp_path / "dmesg.log"
+    path.write_text(
+        "[20407.799828] " + XID + "[    0.000000] Linux version 6.8.0\n"
+        "[ 4228.675982] Out of memory: Killed process 88121 (python)\n"
+    )
+    spec = SourceSpec(Stream.KERNEL, "n1", [path])
+    # the job started a day after that boot: the earlier boot's XID 79 cannot be in it
+    late = ReadContext(reference=boot + timedelta(days=1), boot_times={"n1": boot})
+    lines, cov = _read(spec, late)
+    assert [line.text.split(":")[0] for line in lines] == ["Linux version 6.8.0", "Out of memory"]
+    assert lines[0].time == boot
+    assert lines[1].time == boot + timedelta(seconds=4228.675982)
+    assert cov.reason is not None and "1 line(s) from a boot before" in cov.reason
+    # the node booted during the job: the earlier boot's lines are kept, honestly untimed
+    during = ReadContext(reference=boot - timedelta(hours=1), boot_times={"n1": boot})
+    lines, cov = _read(spec, during)
+    assert len(lines) == 3 and lines[0].time is None and lines[2].time is not None
+    # no banner in the file: every line belongs to the known boot
+    path.write_text("[  100.000000] " + XID)
+    lines, _ = _read(spec, late)
+    assert lines[0].time == boot + timedelta(seconds=100)

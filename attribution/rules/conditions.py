@@ -55,7 +55,14 @@ def check(actual: Any, condition: Scalar | Ops) -> bool:
     if condition.exists is not None and (actual is not None) is not condition.exists:
         return False
     if actual is None:
-        return condition.exists is False
+        # a value that is not there is "not in" any list; every other operator needs a value
+        if condition.exists is False:
+            return True
+        only_not_in = condition.not_in is not None and all(
+            getattr(condition, name) is None
+            for name in ("in_", "gte", "lte", "gt", "lt", "contains", "matches", "exists")
+        )
+        return only_not_in
     if condition.in_ is not None and not any(_equals(actual, v) for v in condition.in_):
         return False
     if condition.not_in is not None and any(_equals(actual, v) for v in condition.not_in):

@@ -59,6 +59,12 @@ class Identity:
         elif event.name == "identity.address" and event.fields.get("ip"):
             self.address_node.setdefault(str(event.fields["ip"]), node)
 
+    def learn_named_rank(self, event: Event) -> None:
+        """A summary line that names a rank's host (torchrun's "host : H / rank : R" block)."""
+        host, rank = event.fields.get("host"), event.fields.get("rank")
+        if host and isinstance(rank, int):
+            self.rank_node.setdefault(rank, short_name(str(host)))
+
     def learn_tasks(self, event: Event) -> None:
         """srun names the node of a task range ("srun: error: node7: tasks 8-15: ...")."""
         tasks = event.fields.get("tasks")
@@ -100,6 +106,8 @@ def build_identity(job: JobRecord, events: Iterable[Event]) -> Identity:
             identity.learn(event)
         elif "tasks" in event.fields:
             identity.learn_tasks(event)
+        elif "host" in event.fields and "rank" in event.fields:
+            identity.learn_named_rank(event)
         if event.task is not None and event.node and event.stream.value.startswith("job"):
             # a line carrying both an srun task label and its own host (NCCL prefix)
             identity.task_node.setdefault(event.task, event.node)
@@ -229,6 +237,8 @@ def _vote(rule: CorrelationRule, events: Sequence[Event], identity: Identity) ->
     if best < rule.min_voters:
         return []
     winners = sorted(p for p, v in voters.items() if len(v) == best)
+    if len(winners) > rule.max_suspects:
+        return []
     findings = []
     for peer in winners:
         fields = {
@@ -240,7 +250,7 @@ def _vote(rule: CorrelationRule, events: Sequence[Event], identity: Identity) ->
         }
         group = members[peer]
         first = min(group, key=_order_key)
-        nodes = (peer,)
+        nodes = () if is_ip(peer) else (peer,)
         findings.append(_finding(rule, nodes, group, fields, first))
     return findings
 

@@ -12,7 +12,7 @@ separate make the verdict ``ambiguous``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -156,6 +156,21 @@ def _evaluate(
     if first_at is None and times:
         first_at = min(times)
     responsible = _responsible(rule, anchors, anchor_finding, job)
+    if not responsible and rule.blame == "anchor" and anchor_finding is None:
+        # the anchor carries no node (a rank we could not place); blame the nodes named by the
+        # rule's other matched evidence (the failed service behind CUDA 802), else by its
+        # supporting evidence (the NVLink XIDs behind CUDA 220)
+        responsible = _responsible(rule, matched, None, job) or _responsible(
+            rule, supporting, None, job
+        )
+        if rule.device and anchors:
+            # the device comes from the anchor (GPU 4 of the OOM), the node from elsewhere
+            first = min(anchors, key=_order_key)
+            device = render(rule.device, {**first.fields, "device": first.device}, unknown="")
+            if device:
+                responsible = tuple(
+                    r if r.device else replace(r, device=device) for r in responsible
+                )
     values = _values(rule, rep, anchors, anchor_finding, job, responsible)
     return Candidate(
         rule=rule,
@@ -182,7 +197,8 @@ def _responsible(
             return (Responsible(node=job.failed_node, component=rule.component),)
         return ()
     out: dict[str, Responsible] = {}
-    if finding is not None and finding.nodes:
+    if finding is not None:
+        # a finding names its suspects; its events are the reporters, never to be blamed
         for node in finding.nodes:
             device = render(rule.device, finding.fields, unknown="") if rule.device else None
             out.setdefault(

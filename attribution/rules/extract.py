@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
+from humanfriendly import InvalidSize, parse_size
+
 from attribution.hostlist import short_name
 from attribution.model import Event, EventRole, LogLine, Severity, Stream
 from attribution.rules.loader import CompiledExtractor, RuleSet
@@ -24,6 +26,7 @@ from attribution.rules.template import render
 from attribution.timeutil import parse_iso
 
 MAX_TEXT = 600
+_SIZE = re.compile(r"\d+(?:\.\d+)?\s*(?:[KMGTPE]i?B?|B|bytes?)?", re.IGNORECASE)
 _ROLE_VALUES = frozenset(r.value for r in EventRole)
 
 
@@ -38,13 +41,24 @@ def _convert(value: str | None, spec: FieldSpec) -> Any:
             return float(value)
         if spec.type == "hex":
             return int(value, 16)
-    except ValueError:
+        if spec.type == "bytes":
+            if not _SIZE.fullmatch(value):  # humanfriendly ignores a unit it does not know
+                raise ValueError(value)
+            return int(parse_size(value))
+    except (ValueError, InvalidSize):
         return spec.default if spec.default is not None else value
     if spec.type == "lower":
         return value.lower()
     if spec.type == "upper":
         return value.upper()
     return value
+
+
+def _ratio(top: Any, bottom: Any) -> float | None:
+    numbers = (top, bottom)
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in numbers):
+        return None
+    return round(top / bottom, 4) if bottom else None
 
 
 @dataclass(slots=True)
@@ -145,14 +159,19 @@ class Extractor:
     def _event(self, ex: CompiledExtractor, m: re.Match[str], line: LogLine) -> Event:
         emit = ex.rule.emit
         fields: dict[str, Any] = {}
+        ratios: list[tuple[str, tuple[str, str]]] = []
         for name, spec in ex.fields.items():
-            if spec.group is None:
+            if spec.ratio is not None:
+                ratios.append((name, spec.ratio))
+            elif spec.group is None:
                 fields[name] = spec.value
             elif isinstance(spec.group, str):
                 fields[name] = _convert(m.group(spec.group), spec)
             else:
                 found = next((g for g in spec.group if m.group(g) is not None), None)
                 fields[name] = _convert(m.group(found) if found else None, spec)
+        for name, (top, bottom) in ratios:
+            fields[name] = _ratio(fields.get(top), fields.get(bottom))
         role = emit.role
         severity = ex.rule.severity_level
         if emit.lookup is not None and ex.table is not None:

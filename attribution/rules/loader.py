@@ -223,6 +223,14 @@ def compile_extractor(
                         Location(path, lines.line_for(["emit", "fields", name])),
                     )
                 )
+        for other in spec.ratio or ():
+            if other not in specs or specs[other].ratio is not None:
+                errors.append(
+                    RuleError(
+                        f"field {name!r} is a ratio of {other!r}, which is not a filled field",
+                        Location(path, lines.line_for(["emit", "fields", name])),
+                    )
+                )
     table_index = None
     if rule.emit.lookup is not None:
         table = tables.get(rule.emit.lookup.table)

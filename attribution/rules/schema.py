@@ -86,17 +86,25 @@ def _as_list(value: Any) -> Any:
 
 class FieldSpec(Strict):
     """How one event field is filled: from a regex group (or the first of several that
-    matched), or from a constant value."""
+    matched), from a constant value, or as the ratio of two other numeric fields.
+
+    ``type: bytes`` turns a size as logs print it (``63.31 GiB``, ``88 MiB``, ``1.2 GB``) into
+    an int of bytes (IEC units binary, SI units decimal). ``ratio: [a, b]`` is ``a / b`` of the
+    event's fields ``a`` and ``b`` after they are filled (a float, or unset when either is
+    missing or ``b`` is 0), e.g. the share of a GPU's memory another process holds.
+    """
 
     group: str | list[str] | None = None
     value: Scalar | None = None
-    type: Literal["str", "int", "float", "hex", "lower", "upper"] = "str"
+    ratio: tuple[str, str] | None = None
+    type: Literal["str", "int", "float", "hex", "lower", "upper", "bytes"] = "str"
     default: Scalar | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> FieldSpec:
-        if (self.group is None) == (self.value is None):
-            raise ValueError("a field needs exactly one of 'group' or 'value'")
+        sources = [x for x in (self.group, self.value, self.ratio) if x is not None]
+        if len(sources) != 1:
+            raise ValueError("a field needs exactly one of 'group', 'value' or 'ratio'")
         return self
 
 
@@ -360,7 +368,11 @@ class CorrelationRule(Header):
       sequence  - ``cause`` then ``effect`` within ``within`` on ``nodes``
                   same/other/any; ``mark`` changes roles; may produce a finding.
       vote      - reporters of ``event`` name a peer in ``field``; the peer named
-                  by at least ``min_voters`` distinct reporters is the suspect.
+                  by at least ``min_voters`` distinct reporters is the suspect. When
+                  more than ``max_suspects`` peers tie for the most reporters, no
+                  peer stands out (every node names its own neighbours) and there
+                  is no finding. A peer address no node is known by is reported
+                  as the address, never as a node.
       straggler - watchdog progress counters: ranks whose last enqueued work is
                   below the failing sequence number never issued the collective.
       outlier   - ``event`` seen on at most ``max_nodes`` of a job with at least
@@ -384,6 +396,7 @@ class CorrelationRule(Header):
     select: Selector | None = None
     field: str | None = None
     min_voters: int = Field(default=2, ge=1)
+    max_suspects: int = Field(default=1, ge=1)
     max_nodes: int = Field(default=1, ge=1)
     min_job_nodes: int = Field(default=2, ge=2)
     # result

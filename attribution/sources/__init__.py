@@ -105,6 +105,7 @@ WINDOW_CHUNK = 16 << 10  # first block when reading by time window; doubles up t
 WINDOW_MAX = 256 << 10  # small blocks by time window: the read stops soon after the window
 PROBE = 1 << 10  # bytes read at each bisection step (more if no timestamp is in them)
 HEAD_LINES = 200  # lines at the start of a file always parsed (boot-time anchors)
+_BANNER = b"] Linux version "  # a kernel boot banner after its uptime stamp
 
 
 class LineSelector(Protocol):
@@ -129,9 +130,10 @@ class EveryLine:
 class ReadContext:
     """Values every reader needs.
 
-    ``tz``: timezone for stamps without an offset; ``reference``: a time near the
-    lines (the job start) for formats without a year; ``boot_times``: node ->
-    boot time for kernel uptime stamps; ``job_nodes``: names a syslog host may
+    ``tz``: timezone for stamps without an offset; ``reference``: the job start
+    (a time near the lines, for formats without a year); ``boot_times``: node ->
+    the node's latest boot time, for kernel uptime stamps (lines of an earlier
+    boot that ended before ``reference`` are skipped); ``job_nodes``: names a syslog host may
     take; ``selectors``: per stream, which lines to parse (default: all);
     ``follow``: per stream, how many lines after a selected one to parse too
     (multi-line messages); ``window``: ``(start, end)`` UTC, when set, ordered
@@ -178,6 +180,7 @@ class SourceReader:
         self.notes: list[str] = []
         self.missing = not spec.paths
         self.uptime_only = 0  # kernel uptime stamps we could not turn into wall-clock time
+        self.earlier_boot = 0  # uptime-only lines of a boot that ended before the job window
         self.bytes_on_disk = 0
 
     # ------------------------------------------------------------------ public
@@ -188,7 +191,12 @@ class SourceReader:
         firsts: list[datetime | None] = []
         if windowed and len(self.spec.paths) > 1:
             firsts = [self._first_time(p) for p in self.spec.paths]
-        state = _Clock(self.ctx.boot_times.get(self.spec.node) if self.spec.node else None)
+        known_boot = self.ctx.boot_times.get(self.spec.node) if self.spec.node else None
+        state = _Clock(known_boot)
+        if known_boot is not None:
+            # the known boot time is the node's latest boot: lines before a later boot banner
+            # in these files belong to an earlier boot and must not be placed with it
+            state.expect_banners(sum(self._banners(p) for p in self.spec.paths))
         for index, (path, shown) in enumerate(zip(self.spec.paths, names, strict=True)):
             if firsts and self._outside(index, firsts):
                 self.notes.append(f"{shown}: skipped, its lines are outside the job window")
@@ -217,6 +225,11 @@ class SourceReader:
             reasons.append(f"{truncated} over-long line(s) cut at {self.ctx.max_line} bytes")
         if binary:
             reasons.append(f"{binary} line(s) with NUL bytes")
+        if self.earlier_boot:
+            reasons.append(
+                f"{self.earlier_boot} line(s) from a boot before the node's last one (which began"
+                " before the job) were skipped as outside the job window"
+            )
         if self.uptime_only:
             reasons.append(
                 f"{self.uptime_only} line(s) carry only kernel uptime and no boot time is known:"
@@ -280,6 +293,22 @@ class SourceReader:
                 return stamp
         except (SourceError, OSError, EOFError, ValueError, zstandard.ZstdError):
             return None
+
+    def _banners(self, path: Path) -> int:
+        """Kernel boot banners ("Linux version ...") in a file whose lines carry no wall-clock
+        time (a dmesg capture); 0 for files with wall-clock stamps or that cannot be read."""
+        if self._first_time(path) is not None:
+            return 0
+        count, tail = 0, b""
+        try:
+            with open_log(path, nofollow=self.spec.nofollow) as handle:
+                while chunk := handle.read(CHUNK):
+                    data = tail + chunk
+                    count += data.count(_BANNER)
+                    tail = data[-len(_BANNER) + 1 :]
+        except (SourceError, OSError, EOFError, ValueError, zstandard.ZstdError):
+            return 0
+        return count
 
     def _outside(self, index: int, firsts: list[datetime | None]) -> bool:
         """A rotated file entirely before or after the window (judged by first timestamps)."""
@@ -463,6 +492,9 @@ class SourceReader:
             p = parse_prefix(raw, tz=ctx.tz, reference=ctx.reference)
             when = clock.place(p.time, p.uptime, p.text)
             if when is None and p.uptime is not None and item.emit:
+                if clock.before_job(ctx.reference, ctx.tolerance):
+                    self.earlier_boot += 1
+                    continue
                 self.uptime_only += 1
             if not item.emit:
                 continue
@@ -497,15 +529,36 @@ class _Clock:
 
     boot: datetime | None
     last_uptime: float | None = None
+    known_boot: datetime | None = None  # the node's latest boot, from the job record
+    banners_ahead: int = 0  # boot banners still to come in the files being read
+
+    def __post_init__(self) -> None:
+        self.known_boot = self.boot
+
+    def expect_banners(self, count: int) -> None:
+        """``count`` boot banners lie ahead: until the last one, the known boot does not apply."""
+        self.banners_ahead = count
+        if count:
+            self.boot = None
+
+    def before_job(self, job_start: datetime | None, tol: float) -> bool:
+        """The line just placed is from a boot before the known one, which itself began
+        before the job: the line cannot be in the job, and a reboot clears any fault in it."""
+        if not self.banners_ahead or self.known_boot is None or job_start is None:
+            return False
+        return self.known_boot < job_start - timedelta(seconds=tol)
 
     def place(self, wall: datetime | None, uptime: float | None, text: str) -> datetime | None:
         if uptime is None:
             return wall
-        rebooted = text.startswith("Linux version") or (
-            self.last_uptime is not None and uptime + 1.0 < self.last_uptime
-        )
+        banner = text.startswith("Linux version")
+        rebooted = banner or (self.last_uptime is not None and uptime + 1.0 < self.last_uptime)
         if rebooted:
             self.boot = None
+            if banner and self.banners_ahead:
+                self.banners_ahead -= 1
+                if not self.banners_ahead:
+                    self.boot = self.known_boot
         self.last_uptime = uptime
         if wall is not None:
             self.boot = wall - timedelta(seconds=uptime)

@@ -27,45 +27,7 @@ SCENARIOS: list[tuple[Path, Scenario]] = [
 ]
 
 # name -> why the current rules get it wrong (see the simulator report for details)
-KNOWN_GAPS: dict[str, str] = {
-    "node-oom-8n": (
-        "node-out-of-memory is application with blame none; CHAINS.md §8 makes a node-wide "
-        "OOM (CONSTRAINT_NONE, global_oom) infrastructure on that node"
-    ),
-    "collective-hang-16n": (
-        "process-aborted (p32) outranks collective-hang (p30): the SIGABRT in torchrun's "
-        "summary is the watchdog's own abort (CHAINS.md §0.7), a symptom"
-    ),
-    "exit-unexplained-4n": (
-        "the 'STEP ... CANCELLED' lines srun prints after a task failed make the verdict "
-        "'cancelled' (terminal_state cancelled) although sacct says FAILED (CHAINS.md §11)"
-    ),
-    "peer-lost-no-evidence-8n": (
-        "killed-unexplained (ambiguous) wins but blames no node, although srun's 'task N: "
-        "Killed' line and the peers' 'Connection closed by remote peer' both name the node"
-    ),
-    "killed-unexplained-4n": (
-        "killed-unexplained blames no node; the killed task's node is named by srun/torchrun"
-    ),
-    "node-failure-mce-8n": (
-        "'Kernel panic - not syncing: Fatal machine check' after MCE lines is read as a kernel "
-        "panic (system_software); CHAINS.md §10 upgrades a boot that ends in MCE to hardware"
-    ),
-    "gpu-oom-leftover-process-8n": (
-        "cuda-out-of-memory is application and blames no node; the OOM message shows another "
-        "process holds most of the GPU, which the catalog (app.cuda.oom) and CHAINS.md §8 make "
-        "infrastructure on that node"
-    ),
-    "ib-init-config-32n": (
-        "ib-peer-suspect blames one node although every node names its own ring neighbours "
-        "(no dominant peer, no port error): CHAINS.md §6 reads that as RoCE/routing config"
-    ),
-    "ib-peer-vote-origin-missing-256n": (
-        "ib-peer-vote counts status-5 (WR flush) completions as votes: the nodes that aborted "
-        "first are named by more flush reports than the failed node is by status-12 reports; "
-        "CHAINS.md §0.5 says status 5 is always secondary to an earlier 12/13/4"
-    ),
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _param(path: Path, scenario: Scenario):  # type: ignore[no-untyped-def]

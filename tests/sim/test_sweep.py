@@ -1,11 +1,9 @@
 """A seeded sweep of simulated jobs, scored the way ``sattr backtest`` scores bundles.
 
 The done-criterion of issue 4 is asserted as is (>= 98 % exact-or-acceptable on
-sub_domain, >= 95 % responsible-node accuracy over >= 200 jobs). The families
-whose rules are known to be missing or wrong are listed in KNOWN_GAP_FAMILIES;
-every other family must be right on every job, so a regression anywhere else
-fails today, and the threshold test flips from xfail to pass (strict) once the
-gaps are closed.
+sub_domain, >= 95 % responsible-node accuracy over >= 200 jobs). Families whose
+rules are known to be missing or wrong would be listed in KNOWN_GAP_FAMILIES;
+every other family must be right on every job, so a regression anywhere fails.
 """
 
 from __future__ import annotations
@@ -26,37 +24,14 @@ from attribution.simulate import Scenario, expand_hostlist, sweep, write_bundle
 SWEEP_SIZE = 200
 SWEEP_SEED = 4
 
-# chain -> why the current rules get its jobs wrong (see test_scenarios.KNOWN_GAPS)
-KNOWN_GAP_FAMILIES: dict[str, str] = {
-    "fabric_manager_down": "the CUDA-802 verdict names no node",
-    "node_oom": "node-wide OOM is application/no node, CHAINS.md §8 says infrastructure/node",
-    "collective_hang": "torchrun's SIGABRT outranks the collective hang",
-    "exit_unexplained": "srun's step-cancel after a task failure reads as a user cancel",
-    "peer_lost_no_evidence": "killed-unexplained blames no node",
-    "killed_unexplained": "killed-unexplained blames no node",
-    "ib_init_config": "the IB peer vote blames one node when every node names its neighbours",
-}
+# chain -> why the current rules get its jobs wrong; empty now, kept so that a rule gap found
+# later is listed here with its reason instead of being hidden
+KNOWN_GAP_FAMILIES: dict[str, str] = {}
 
 
 def known_gap(scenario: Scenario) -> str | None:
     """Why the current rules are expected to get this sweep job wrong, or None."""
-    chain = scenario.fault.chain
-    options = scenario.fault.options
-    if chain in KNOWN_GAP_FAMILIES:
-        return KNOWN_GAP_FAMILIES[chain]
-    if chain == "gpu_oom" and options.get("leftover_process"):
-        return "CUDA OOM caused by another process's memory is read as the job's own OOM"
-    if chain == "node_failure" and options.get("precursor") == "mce":
-        return "a fatal machine check followed by a panic reads as system_software"
-    if chain == "ib_link_flap" and options.get("origin_logs") is False:
-        return FLUSH_VOTES
-    return None
-
-
-# a gap that only bites when the draw makes it (here: when status-5 flush reports naming
-# one of the first victims outnumber the status-12 reports naming the failed link)
-FLUSH_VOTES = "the IB peer vote counts status-5 flush completions like status 12"
-SOMETIMES = {FLUSH_VOTES}
+    return KNOWN_GAP_FAMILIES.get(scenario.fault.chain)
 
 
 _RULES: RuleSet | None = None
@@ -133,18 +108,11 @@ def test_sweep_jobs_without_known_gaps_are_right(
 
 def test_known_gaps_are_still_gaps(swept: list[tuple[Scenario, CaseResult]]) -> None:
     """A gap that no longer fails must be removed from the list (it would hide regressions)."""
-    gaps = {known_gap(s) for s, _ in swept} - {None} - SOMETIMES
+    gaps = {known_gap(s) for s, _ in swept} - {None}
     failing = {known_gap(s) for s, r in swept if not _ok(r)} - {None}
     assert gaps <= failing
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known rule gaps (see known_gap): "
-    + ", ".join(
-        [*sorted(KNOWN_GAP_FAMILIES), "gpu_oom leftover", "node_failure mce", "IB flush votes"]
-    ),
-)
 def test_sweep_meets_the_accuracy_targets(swept: list[tuple[Scenario, CaseResult]]) -> None:
     report = Report(cases=[r for _, r in swept])
     node_ok, judged = report.node_accuracy()
