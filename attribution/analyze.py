@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from attribution import __version__
+from attribution.history import PriorGpuError, apply_history, gpu_errors
 from attribution.hostlist import compress
 from attribution.model import (
     Cause,
@@ -119,6 +120,7 @@ def analyze(
     coverage: Sequence[Coverage] | Callable[[], Sequence[Coverage]] = (),
     options: AnalysisOptions = AnalysisOptions(),
     diagnosed_at: datetime | None = None,
+    history: Sequence[PriorGpuError] = (),
 ) -> Verdict:
     """Diagnose one job.
 
@@ -130,6 +132,8 @@ def analyze(
             ``lines`` has been consumed (readers count as they go).
         options: window margins, skew tolerance and memory bounds.
         diagnosed_at: stored in the verdict; ``None`` keeps output reproducible.
+        history: GPU errors earlier jobs recorded (the verdict store or a bundle's
+            ``history.yaml``), for the XID 13/31 repeat logic (``attribution.history``).
 
     Returns:
         The ``Verdict``. Never raises on odd evidence; problems show up in
@@ -146,6 +150,7 @@ def analyze(
     _carry_persisting(events, job, options)
     active = [e for e in events if e.in_window is not False]
     ignored = [e for e in events if e.in_window is False]
+    apply_history(active, job, history)
     findings = correlate(ruleset.correlations, active, job, identity, skew=options.skew)
     passed = job_passed(job)
     outcome = (
@@ -254,6 +259,7 @@ def _verdict(
         ruleset=ruleset.info(),
         engine_version=ENGINE_VERSION,
         diagnosed_at=diagnosed_at,
+        gpu_errors=gpu_errors(active),
     )
 
 

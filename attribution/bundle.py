@@ -9,6 +9,7 @@ Layout (docs/bundles.md)::
     <bundle>/nodes/<node>/fabricmanager.log
     <bundle>/slurmctld.log                 optional, the controller's log
     <bundle>/expected.yaml                 optional, the hand-written answer
+    <bundle>/history.yaml                  optional, earlier jobs' GPU errors (XID repeats)
 
 Any file may be gzip or zstd compressed; rotated files (``kern.log.1.gz``) are
 read oldest first.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +28,7 @@ from typing import Any
 from attribution._yaml import load_yaml_file
 from attribution.analyze import AnalysisOptions, analyze, read_window
 from attribution.errors import BundleError, Location, RuleError
+from attribution.history import PriorGpuError, read_history_file
 from attribution.jobrecord import job_from_dict
 from attribution.model import JobRecord, Stream, Verdict
 from attribution.rules.loader import RuleSet
@@ -52,6 +55,7 @@ class Bundle:
     specs: list[SourceSpec]
     expected: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    history: list[PriorGpuError] = field(default_factory=list)
 
 
 def _rotation_key(path: Path) -> tuple[str, int]:
@@ -119,7 +123,8 @@ def load_bundle(path: Path | str) -> Bundle:
     """Load a bundle directory.
 
     Raises:
-        BundleError: the directory or its ``job.json`` is unusable.
+        BundleError: the directory, its ``job.json``, ``expected.yaml`` or ``history.yaml``
+            is unusable.
     """
     root = Path(path)
     if not root.is_dir():
@@ -180,7 +185,12 @@ def load_bundle(path: Path | str) -> Bundle:
             )
         )
     expected = read_expected(root / "expected.yaml")
-    return Bundle(path=root, job=job, specs=specs, expected=expected, notes=notes)
+    history: list[PriorGpuError] = []
+    for name in ("history.yaml", "history.json"):
+        if (root / name).is_file():
+            history = read_history_file(root / name)
+            break
+    return Bundle(path=root, job=job, specs=specs, expected=expected, notes=notes, history=history)
 
 
 def diagnose_bundle(
@@ -191,12 +201,14 @@ def diagnose_bundle(
     diagnosed_at: datetime | None = None,
     engine: str | None = None,
     workers: int = 8,
+    history: Sequence[PriorGpuError] | None = None,
 ) -> tuple[Bundle, Verdict]:
     """Load a bundle and diagnose it with ``analyze``.
 
     ``engine`` picks the line pre-filter (``hyperscan``, ``re2``, ``python``;
     default: the fastest available) and ``workers`` how many sources are read
-    ahead in threads; neither changes the verdict.
+    ahead in threads; neither changes the verdict. ``history`` (earlier jobs' GPU
+    errors, e.g. from a verdict store) replaces the bundle's own ``history.yaml``.
 
     Raises:
         BundleError: when the bundle itself is unusable (the logs never raise).
@@ -213,5 +225,6 @@ def diagnose_bundle(
         coverage=lambda: [r.coverage() for r in readers],
         options=opts,
         diagnosed_at=diagnosed_at,
+        history=bundle.history if history is None else history,
     )
     return bundle, verdict

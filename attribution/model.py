@@ -368,6 +368,24 @@ class ChainEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuError:
+    """One GPU's XID of one code during the job: the record kept for repeat analysis.
+
+    ``device`` is the PCI bus id as the driver printed it; ``unit`` the GPC/TPC
+    the driver named (XID 13), else None; ``xid_class`` the class NVIDIA's XID
+    catalog gives the code (hardware, application, ...); times UTC.
+    """
+
+    node: str
+    device: str
+    code: int
+    xid_class: str | None = None
+    unit: str | None = None
+    first_at: datetime | None = None
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Alternative:
     """A candidate cause that matched but lost, and why."""
 
@@ -418,6 +436,7 @@ class Verdict:
     ruleset: Mapping[str, str]
     engine_version: str
     diagnosed_at: datetime | None = None
+    gpu_errors: tuple[GpuError, ...] = ()
 
 
 VERDICT_SCHEMA = "attribution.verdict/1"

@@ -121,6 +121,27 @@ def m002_admin_comment_and_filters(db: Database) -> None:
         db.table("verdicts").create_index(cols, if_not_exists=True)
 
 
+@migrations()
+def m003_gpu_errors(db: Database) -> None:
+    """Each verdict's XIDs per GPU (``Verdict.gpu_errors``): the history the XID 13/31 repeat
+    logic compares new jobs with (``attribution.history``)."""
+    db.table("gpu_errors").create(
+        {
+            "key": str,
+            "node": str,
+            "device": str,
+            "code": int,
+            "xid_class": str,
+            "unit": str,
+            "first_at": str,
+            "count": int,
+        },
+        foreign_keys=[("key", "verdicts", "key")],
+    )
+    for cols in (["key"], ["node", "device"]):
+        db.table("gpu_errors").create_index(cols, if_not_exists=True)
+
+
 def _iso(value: datetime | None) -> str | None:
     return to_jsonable(value) if value is not None else None
 
@@ -231,7 +252,7 @@ class Store:
         }
         try:
             with self.db.conn:
-                for table in ("symptoms", "responsible", "coverage"):
+                for table in ("symptoms", "responsible", "coverage", "gpu_errors"):
                     self.db.execute(f"DELETE FROM {table} WHERE key = ?", [key])
                 self.db.table("verdicts").upsert(row, pk="key")
                 self.db.table("symptoms").insert_all(
@@ -258,6 +279,19 @@ class Store:
                 self.db.table("responsible").insert_all(
                     {"key": key, "node": r.node, "component": r.component, "device": r.device}
                     for r in verdict.responsible
+                )
+                self.db.table("gpu_errors").insert_all(
+                    {
+                        "key": key,
+                        "node": g.node,
+                        "device": g.device,
+                        "code": g.code,
+                        "xid_class": g.xid_class,
+                        "unit": g.unit,
+                        "first_at": _iso(g.first_at),
+                        "count": g.count,
+                    }
+                    for g in verdict.gpu_errors
                 )
                 self.db.table("coverage").insert_all(
                     {
@@ -317,6 +351,28 @@ class Store:
             [job, job, job, job],
         )
         return [json.loads(r["verdict"]) for r in rows]
+
+    def gpu_history(
+        self, nodes: Sequence[str], user: str | None, since: datetime | None
+    ) -> list[dict[str, Any]]:
+        """Earlier jobs' GPU errors on ``nodes``, and the same user's anywhere, first seen at
+        or after ``since`` (UTC; None: all). Rows: job, user, name, node, device, code,
+        xid_class, unit, first_at."""
+        marks = ",".join("?" for _ in nodes) or "NULL"
+        sql = (
+            "SELECT v.display_id AS job, v.user AS user, v.name AS name, g.node AS node,"
+            " g.device AS device, g.code AS code, g.xid_class AS xid_class, g.unit AS unit,"
+            " g.first_at AS first_at FROM gpu_errors g JOIN verdicts v ON v.key = g.key"
+            f" WHERE (g.node IN ({marks}) OR v.user = ?)"
+        )
+        params: list[Any] = [*nodes, user]
+        if since is not None:
+            sql += " AND (g.first_at IS NULL OR g.first_at >= ?)"
+            params.append(_iso(since))
+        try:
+            return list(self.db.query(sql, params))
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read GPU history: {exc}", Location(str(self.path))) from None
 
     def rows(
         self,

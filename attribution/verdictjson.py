@@ -18,6 +18,7 @@ from attribution.model import (
     ChainRole,
     Coverage,
     CoverageStatus,
+    GpuError,
     Responsible,
     Stream,
     SubDomain,
@@ -115,4 +116,16 @@ def verdict_from_dict(data: Mapping[str, Any]) -> Verdict:
         ruleset=dict(data.get("ruleset") or {}),
         engine_version=str(data.get("engine_version", "")),
         diagnosed_at=_t(data.get("diagnosed_at")),
+        gpu_errors=tuple(
+            GpuError(
+                node=str(g.get("node")),
+                device=str(g.get("device")),
+                code=int(g.get("code", 0)),
+                xid_class=g.get("xid_class"),
+                unit=g.get("unit"),
+                first_at=_t(g.get("first_at")),
+                count=int(g.get("count", 1)),
+            )
+            for g in data.get("gpu_errors") or []
+        ),
     )

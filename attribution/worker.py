@@ -24,13 +24,14 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from attribution.analyze import AnalysisOptions, analyze, job_passed, read_window
 from attribution.collect import collect
 from attribution.config import Config
-from attribution.errors import AttributionError, SpoolError
+from attribution.errors import AttributionError, SpoolError, StoreError
+from attribution.history import DEFAULT_DAYS, PriorGpuError, priors_from_verdict_rows
 from attribution.model import JobRecord, Verdict
 from attribution.rules.loader import RuleSet, load_ruleset
 from attribution.scan import read_context
@@ -121,7 +122,19 @@ class Worker:
                 coverage=lambda: [col.adjust(r.coverage()) for r in readers],
                 options=self.options,
                 diagnosed_at=now,
+                history=self._history(job),
             )
+
+    def _history(self, job: JobRecord) -> list[PriorGpuError]:
+        """Earlier jobs' GPU errors on this job's nodes (and its user's), for the XID 13/31
+        repeat logic; an unreadable store only loses the history, never the verdict."""
+        since = job.start - timedelta(days=DEFAULT_DAYS) if job.start else None
+        try:
+            rows = self.store.gpu_history(job.nodes, job.user, since)
+        except StoreError as exc:
+            log.warning("%s", exc)
+            return []
+        return priors_from_verdict_rows(rows)
 
     def write_comment(self, verdict: Verdict) -> tuple[str, str | None]:
         """Write the AdminComment line if configured; returns ``(status, line)``.

@@ -35,12 +35,14 @@ def _convert(value: str | None, spec: FieldSpec) -> Any:
         return spec.default
     value = value.strip()
     try:
-        if spec.type == "int":
-            return int(value)
+        if spec.type in ("int", "hex"):
+            number = int(value, 16 if spec.type == "hex" else 10)
+            if spec.bits is not None:
+                lo, hi = spec.bits
+                number = (number >> lo) & ((1 << (hi - lo + 1)) - 1)
+            return number
         if spec.type == "float":
             return float(value)
-        if spec.type == "hex":
-            return int(value, 16)
         if spec.type == "bytes":
             if not _SIZE.fullmatch(value):  # humanfriendly ignores a unit it does not know
                 raise ValueError(value)

@@ -84,6 +84,9 @@ def _as_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
+BitIndex = Annotated[int, Field(ge=0, le=63)]
+
+
 class FieldSpec(Strict):
     """How one event field is filled: from a regex group (or the first of several that
     matched), from a constant value, or as the ratio of two other numeric fields.
@@ -92,12 +95,17 @@ class FieldSpec(Strict):
     an int of bytes (IEC units binary, SI units decimal). ``ratio: [a, b]`` is ``a / b`` of the
     event's fields ``a`` and ``b`` after they are filled (a float, or unset when either is
     missing or ``b`` is 0), e.g. the share of a GPU's memory another process holds.
+    ``bits: [lo, hi]`` keeps bits ``lo``..``hi`` (inclusive, 0 = least significant) of an
+    ``int`` or ``hex`` value, e.g. the reason code packed into an NVLink5 XID's IntrInfo word.
     """
 
     group: str | list[str] | None = None
     value: Scalar | None = None
     ratio: tuple[str, str] | None = None
     type: Literal["str", "int", "float", "hex", "lower", "upper", "bytes"] = "str"
+    bits: tuple[Annotated[int, Field(ge=0, le=63)], Annotated[int, Field(ge=0, le=63)]] | None = (
+        None
+    )
     default: Scalar | None = None
 
     @model_validator(mode="after")
@@ -105,6 +113,10 @@ class FieldSpec(Strict):
         sources = [x for x in (self.group, self.value, self.ratio) if x is not None]
         if len(sources) != 1:
             raise ValueError("a field needs exactly one of 'group', 'value' or 'ratio'")
+        if self.bits is not None and (
+            self.type not in ("int", "hex") or self.bits[0] > self.bits[1]
+        ):
+            raise ValueError("'bits: [lo, hi]' needs type int or hex and lo <= hi")
         return self
 
 
