@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,6 +18,7 @@ from attribution import __version__
 from attribution.history import PriorGpuError, apply_history, gpu_errors
 from attribution.hostlist import compress
 from attribution.model import (
+    JOB_STREAMS,
     Cause,
     ChainEntry,
     ChainRole,
@@ -28,6 +29,7 @@ from attribution.model import (
     JobRecord,
     LogLine,
     Responsible,
+    Stream,
     SubDomain,
     TerminalState,
     Verdict,
@@ -48,8 +50,9 @@ class AnalysisOptions:
     ``margin_before``/``margin_after``: seconds added around the job's start and
     end; node events outside count as context only. ``skew``: seconds of clock
     difference tolerated when ordering events from different nodes.
-    ``per_key``/``per_rule_node``: how many distinct events are kept before
-    repeats are folded into counts (memory bound). ``lookback``: seconds before
+    ``per_key``/``per_rule_node``/``per_rule_ranks``/``max_events``: how many
+    distinct events are kept before repeats are folded into counts (the memory
+    bound; see ``EventCollector``). ``lookback``: seconds before
     the window in which a *persisting* fault (one that lasts until the node
     reboots, such as a failed Fabric Manager) still counts, unless the node
     rebooted in between.
@@ -60,6 +63,8 @@ class AnalysisOptions:
     skew: float = 60.0
     per_key: int = 3
     per_rule_node: int = 64
+    per_rule_ranks: int = 16_384
+    max_events: int = 500_000
     max_chain: int = 40
     lookback: float = 86400.0
 
@@ -105,10 +110,22 @@ def extract_events(
         span=(job.start, job.end),
         per_key=options.per_key,
         per_rule_node=options.per_rule_node,
+        per_rule_ranks=options.per_rule_ranks,
+        max_events=options.max_events,
     )
     lookahead = max((ex.rule.match.continuation for ex in ruleset.extractors), default=0)
+    # untimed events wait for the next timed line of their file, which bounds their time
+    pending: dict[str, list[Event]] = {}
     for line, following in iter_with_following(lines, lookahead):
+        path = line.source.path
+        if line.time is not None and path in pending:
+            for event in pending.pop(path):
+                event.not_after = line.time
+        kept = len(collector.events)
         collector.extend(extractor.extract(line, following))
+        for event in collector.events[kept:]:
+            if event.time is None:
+                pending.setdefault(path, []).append(event)
     return collector
 
 
@@ -159,6 +176,7 @@ def analyze(
         else diagnose(ruleset.diagnoses, active, findings, job, skew=options.skew)
     )
     cov = list(coverage() if callable(coverage) else coverage)
+    cov = _note_folded(cov, collector.folded_beyond)
     return _verdict(job, ruleset, options, outcome, passed, active, ignored, cov, diagnosed_at)
 
 
@@ -380,6 +398,28 @@ def _event_order(event: Event) -> tuple[Any, ...]:
     if event.time is None:
         return (1, 0.0, event.seq)
     return (0, event.time.timestamp(), event.seq)
+
+
+def _note_folded(
+    coverage: list[Coverage], folded: Mapping[tuple[Stream, str | None], int]
+) -> list[Coverage]:
+    """Say in coverage where the collector's bounds folded signals without their detail."""
+    if not folded:
+        return coverage
+    per_source: dict[tuple[Stream, str | None], int] = defaultdict(int)
+    for (stream, node), count in folded.items():
+        per_source[(stream, None if stream in JOB_STREAMS else node)] += count
+    out = []
+    for c in coverage:
+        count = per_source.get((c.stream, c.node), 0)
+        if count:
+            note = (
+                f"{count} signal(s) beyond the per-node bound of distinct ranks or events were"
+                " counted, but their rank and field detail was not kept"
+            )
+            c = dataclasses.replace(c, reason="; ".join(x for x in (c.reason, note) if x))
+        out.append(c)
+    return out
 
 
 def _coverage_counts(coverage: list[Coverage], events: list[Event]) -> list[Coverage]:

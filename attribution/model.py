@@ -309,6 +309,10 @@ class Event:
     last_time: datetime | None = None  # time of the last folded repeat
     persists: bool = False  # a state that lasts until reboot (e.g. Fabric Manager failed)
     note: str | None = None  # why the engine treated this event specially
+    # for an untimed line: the time of the next timed line of the same file (it was written
+    # no later than that), so that time order still holds against timed evidence
+    not_after: datetime | None = None
+    reported_late: float = 0.0  # seconds the line may lag what it reports (emit.reported_late)
 
     @property
     def timed(self) -> bool:

@@ -336,3 +336,67 @@ def test_srun_step_cancel_after_a_task_failed_is_not_a_cancel(ruleset: RuleSet) 
     unknown = analyze(job(state=None), lines(Stream.JOB_STDOUT, None, out), ruleset)
     assert unknown.cause is not None and unknown.cause.id == "cancelled"
     assert unknown.terminal_state is TerminalState.CANCELLED
+
+
+def test_nccl_info_lines_are_never_a_cause(ruleset: RuleSet) -> None:
+    """NCCL_DEBUG=INFO reports what NCCL tried; a missing optional plugin is not an error."""
+    out = [
+        "gpu-f01:372815:372815 [0] NCCL INFO NET/Plugin: Plugin load returned 2 : libnccl-net.so:"
+        " cannot open shared object file: No such file or directory : when loading libnccl-net.so",
+        "gpu-f01:372815:372815 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>",
+    ]
+    v = analyze(job(), lines(Stream.JOB_STDOUT, None, out), ruleset)
+    assert v.cause is None and v.sub_domain is SubDomain.UNATTRIBUTED
+    # the same words outside an INFO line are the job's missing library
+    bare = [
+        "python: error while loading shared libraries: libcudart.so.12: cannot open"
+        " shared object file: No such file or directory"
+    ]
+    v = analyze(job(), lines(Stream.JOB_STDOUT, None, bare), ruleset)
+    assert v.cause is not None and v.cause.id == "missing-library"
+
+
+def test_an_untimed_traceback_is_dated_by_the_next_timed_line(ruleset: RuleSet) -> None:
+    """The KeyError has no timestamp, but torchrun's timed line right after it bounds it: the
+    XID 79 logged four minutes later did not kill the job."""
+    after = T0 + timedelta(minutes=30)
+    out = [
+        "[rank6]: KeyError: 'shard-00417/000933'",
+        f"E{after.strftime('%m%d %H:%M:%S')}.000000 140 torch/distributed/elastic/multiprocessing/"
+        "api.py:897] failed (exitcode: 1) local_rank: 2 (pid: 4242) of binary: /usr/bin/python3",
+    ]
+    kern = [k(after + timedelta(minutes=4), XID79)]
+    v = analyze(
+        job(), lines(Stream.JOB_STDOUT, None, out) + lines(Stream.KERNEL, "n2", kern), ruleset
+    )
+    assert v.cause is not None and v.cause.id == "python-error", v.summary
+    assert any("after python-error" in a.why_not for a in v.alternatives)
+    # without the timed line there is nothing to order it by: the hardware fault stands
+    v = analyze(
+        job(), lines(Stream.JOB_STDOUT, None, out[:1]) + lines(Stream.KERNEL, "n2", kern), ruleset
+    )
+    assert v.cause is not None and v.cause.id == "gpu-fell-off-bus"
+
+
+def test_slurmctld_node_loss_is_dated_back_by_its_detection_lag(ruleset: RuleSet) -> None:
+    """slurmctld notices a dead node only after SlurmdTimeout: peers' IB errors logged four
+    minutes before its message are the node's loss, not an earlier fault."""
+    lost = T0 + timedelta(minutes=20)
+    ctld = [
+        f"[{(lost + timedelta(minutes=4)).strftime('%Y-%m-%dT%H:%M:%S')}.101] error: Nodes n3 not"
+        " responding, setting DOWN"
+    ]
+    peers = [
+        _ib("n1", "10.9.9.9"),
+        _ib("n2", "10.9.9.9"),
+        f"[rank0]:[E{lost.strftime('%m%d %H:%M:%S')}.000000000 ProcessGroupNCCL.cpp:1595]"
+        " [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated"
+        " with exception: NCCL error: remote process exited or there was a network error",
+    ]
+    v = analyze(
+        job(nodes="n[1-3]"),
+        lines(Stream.JOB_STDOUT, None, peers) + lines(Stream.SLURMCTLD, None, ctld),
+        ruleset,
+    )
+    assert v.cause is not None and v.cause.id == "node-not-responding", v.summary
+    assert [r.node for r in v.responsible] == ["n3"]

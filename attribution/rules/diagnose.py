@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from attribution.hostlist import compress
@@ -55,6 +55,24 @@ class Candidate:
     @property
     def priority(self) -> int:
         return self.rule.priority
+
+    @property
+    def earliest_at(self) -> datetime | None:
+        """When the evidence may have happened at the earliest: ``first_at`` less the
+        reporting lag of its messages (``reported_late``)."""
+        if self.first_at is None:
+            return None
+        lag = max((e.reported_late for e in self.anchor_events), default=0.0)
+        return self.first_at - timedelta(seconds=lag)
+
+    @property
+    def latest_at(self) -> datetime | None:
+        """When the evidence happened at the latest: ``first_at``, or for untimed evidence
+        the earliest time a later timed line of its file bounds it by."""
+        if self.first_at is not None:
+            return self.first_at
+        bounds = [e.not_after for e in self.anchor_events if e.not_after is not None]
+        return min(bounds) if bounds else None
 
     @property
     def cause(self) -> Cause:
@@ -289,18 +307,22 @@ def diagnose(
     candidates.sort(key=_sort_key)
     top = candidates[0]
     reasons: dict[str, str] = {}
-    # time precedence: a root-grade candidate clearly earlier than the top one wins
-    if top.first_at is not None:
+    # time precedence: a root-grade candidate clearly earlier than the top one wins, unless
+    # correlation marked all its evidence downstream (a symptom that merely came first)
+    # (untimed evidence counts by the timed line that follows it in its file)
+    if (top_at := top.earliest_at) is not None:
         earlier = [
             c
             for c in candidates[1:]
             if c.priority >= ROOT_GRADE
-            and c.first_at is not None
-            and (top.first_at - c.first_at).total_seconds() > skew
+            and any(e.demoted_by is None for e in c.anchor_events)
+            and (at := c.latest_at) is not None
+            and (top_at - at).total_seconds() > skew
         ]
         if earlier:
-            first = min(earlier, key=lambda c: (c.first_at, _sort_key(c)))
-            gap = int((top.first_at - (first.first_at or top.first_at)).total_seconds())
+            first = min(earlier, key=lambda c: (c.latest_at, _sort_key(c)))
+            assert top.first_at is not None
+            gap = int((top.first_at - (first.latest_at or top.first_at)).total_seconds())
             reasons[top.rule.id] = f"its first evidence came {gap} s after {first.rule.id}'s"
             top = first
     tied = [

@@ -16,16 +16,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
+import ahocorasick
 from humanfriendly import InvalidSize, parse_size
 
 from attribution.hostlist import short_name
 from attribution.model import Event, EventRole, LogLine, Severity, Stream
 from attribution.rules.loader import CompiledExtractor, RuleSet
 from attribution.rules.schema import FieldSpec
-from attribution.rules.template import render
+from attribution.rules.template import placeholders, render
 from attribution.timeutil import parse_iso
 
 MAX_TEXT = 600
+_NCCL_INFO = "NCCL INFO "
 _SIZE = re.compile(r"\d+(?:\.\d+)?\s*(?:[KMGTPE]i?B?|B|bytes?)?", re.IGNORECASE)
 _ROLE_VALUES = frozenset(r.value for r in EventRole)
 
@@ -65,37 +67,42 @@ def _ratio(top: Any, bottom: Any) -> float | None:
 
 @dataclass(slots=True)
 class _StreamMatcher:
-    prefilter: re.Pattern[str] | None
-    prefilter_folded: re.Pattern[str] | None
-    by_literal: dict[str, list[CompiledExtractor]]
+    """Aho-Corasick automata over one stream's extractor literals (exact, and lower-cased for
+    ``ignore_case`` extractors); each literal maps to the extractors that listed it."""
+
+    exact: Any  # ahocorasick.Automaton or None
+    folded: Any
+    extractors: list[CompiledExtractor]
     max_continuation: int
 
 
-def _build_matcher(extractors: Sequence[CompiledExtractor]) -> _StreamMatcher:
-    by_literal: dict[str, list[CompiledExtractor]] = defaultdict(list)
-    exact: set[str] = set()
-    folded: set[str] = set()
+def _automaton(words: dict[str, set[int]]) -> Any:
+    if not words:
+        return None
+    automaton = ahocorasick.Automaton()
+    for word, owners in words.items():
+        automaton.add_word(word, tuple(sorted(owners)))
+    automaton.make_automaton()
+    return automaton
+
+
+def _build_matcher(
+    extractors: Sequence[CompiledExtractor], order: dict[str, int]
+) -> _StreamMatcher:
+    exact: dict[str, set[int]] = defaultdict(set)
+    folded: dict[str, set[int]] = defaultdict(set)
     for ex in extractors:
+        index = order[ex.id]
         if ex.rule.match.ignore_case:
             for lit in ex.literals_folded:
-                by_literal["\0" + lit].append(ex)
-                folded.add(lit)
+                folded[lit].add(index)
         else:
             for lit in ex.literals:
-                by_literal[lit].append(ex)
-                exact.add(lit)
-
-    def alternation(words: set[str], flags: int = 0) -> re.Pattern[str] | None:
-        if not words:
-            return None
-        # longest first, so that overlapping literals all get a chance via the index
-        ordered = sorted(words, key=lambda w: (-len(w), w))
-        return re.compile("|".join(re.escape(w) for w in ordered), flags)
-
+                exact[lit].add(index)
     return _StreamMatcher(
-        prefilter=alternation(exact),
-        prefilter_folded=alternation(folded, re.IGNORECASE),
-        by_literal=dict(by_literal),
+        exact=_automaton(exact),
+        folded=_automaton(folded),
+        extractors=list(extractors),
         max_continuation=max((ex.rule.match.continuation for ex in extractors), default=0),
     )
 
@@ -112,10 +119,14 @@ class Extractor:
         self.ruleset = ruleset
         self.tz = tz
         self._order = {ex.id: i for i, ex in enumerate(ruleset.extractors)}
+        self._by_index = list(ruleset.extractors)
+        self._severity: dict[str, Severity] = {}
+        self._label_names: dict[str, tuple[str, ...]] = {}
+        self._labels: dict[tuple[Any, ...], str] = {}
         self._matchers: dict[Stream, _StreamMatcher] = {}
         for stream in Stream:
             chosen = [ex for ex in ruleset.extractors if stream in ex.streams]
-            self._matchers[stream] = _build_matcher(chosen)
+            self._matchers[stream] = _build_matcher(chosen, self._order)
 
     def max_continuation(self, stream: Stream) -> int:
         return self._matchers[stream].max_continuation
@@ -123,32 +134,34 @@ class Extractor:
     def candidates(self, stream: Stream, text: str) -> list[CompiledExtractor]:
         """Extractors whose literal occurs in ``text`` (ruleset order, no repeats)."""
         matcher = self._matchers[stream]
-        hit = matcher.prefilter is not None and matcher.prefilter.search(text) is not None
-        hit_folded = (
-            matcher.prefilter_folded is not None
-            and matcher.prefilter_folded.search(text) is not None
-        )
-        if not (hit or hit_folded):
-            return []
-        lowered = text.lower() if hit_folded else ""
-        found: dict[str, CompiledExtractor] = {}
-        for lit, exs in matcher.by_literal.items():
-            if lit[:1] == "\0":
-                present = hit_folded and lit[1:] in lowered
-            else:
-                present = hit and lit in text
-            if present:
-                for ex in exs:
-                    found.setdefault(ex.id, ex)
-        return sorted(found.values(), key=lambda ex: self._order[ex.id])
+        found: set[int] = set()
+        if matcher.exact is not None:
+            for _, owners in matcher.exact.iter(text):
+                found.update(owners)
+        if matcher.folded is not None:
+            for _, owners in matcher.folded.iter(text.lower()):
+                found.update(owners)
+        return [self._by_index[i] for i in sorted(found)]
 
     def extract(self, line: LogLine, following: Sequence[LogLine] = ()) -> list[Event]:
-        """Events for one line. Fallback extractors are dropped when a specific one matched."""
+        """Events for one line. Fallback extractors are dropped when a specific one matched.
+
+        ``following`` are the lines read after it (only those that directly follow it in
+        the same file are joined, and only for multi-line extractors)."""
         found: list[tuple[bool, Event]] = []
+        adjacent: list[LogLine] | None = None
+        # NCCL_DEBUG=INFO output reports what NCCL tried ("Plugin load returned 2 : libnccl-net.so:
+        # cannot open shared object file") and is never an error; only extractors written for
+        # INFO lines read them
+        info = _NCCL_INFO in line.text
         for ex in self.candidates(line.stream, line.text):
+            if info and not ex.reads_info:
+                continue
             text = line.text
             if ex.rule.match.continuation and following:
-                extra = [f.text for f in following[: ex.rule.match.continuation]]
+                if adjacent is None:
+                    adjacent = _adjacent(line, following)
+                extra = [f.text for f in adjacent[: ex.rule.match.continuation]]
                 text = "\n".join([text, *extra])
             m = ex.regex.search(text)
             if m is None:
@@ -157,6 +170,22 @@ class Extractor:
         if any(not fallback for fallback, _ in found):
             return [event for fallback, event in found if not fallback]
         return [event for _, event in found]
+
+    def _label(self, template: str, values: dict[str, Any]) -> str:
+        """``render`` with a bounded cache: repeated lines give the same label."""
+        names = self._label_names.get(template)
+        if names is None:
+            names = self._label_names[template] = tuple(placeholders(template))
+        key = (template, *(values.get(n) for n in names))
+        try:
+            label = self._labels.get(key)
+        except TypeError:  # an unhashable field value
+            return render(template, values)
+        if label is None:
+            if len(self._labels) >= 4096:
+                self._labels.clear()
+            label = self._labels[key] = render(template, values)
+        return label
 
     def _event(self, ex: CompiledExtractor, m: re.Match[str], line: LogLine) -> Event:
         emit = ex.rule.emit
@@ -175,7 +204,9 @@ class Extractor:
         for name, (top, bottom) in ratios:
             fields[name] = _ratio(fields.get(top), fields.get(bottom))
         role = emit.role
-        severity = ex.rule.severity_level
+        severity = self._severity.get(ex.id)
+        if severity is None:
+            severity = self._severity[ex.id] = ex.rule.severity_level
         if emit.lookup is not None and ex.table is not None:
             row = ex.table.get(str(fields.get(emit.lookup.key)))
             if row is not None:
@@ -218,13 +249,14 @@ class Extractor:
             source=line.source,
             text=text,
             role=role,
-            label=render(emit.label, {**values, "node": node}),
+            label=self._label(emit.label, {**values, "node": node}),
             severity=severity,
             rank=rank,
             device=device,
             component=emit.component,
             task=line.task,
             persists=emit.persists,
+            reported_late=emit.reported_late,
         )
 
 
@@ -238,9 +270,12 @@ class EventCollector:
 
     Per (extractor, node, rank, task, identity fields) at most ``per_key`` events
     are kept; per (extractor, node, rank, task) at most ``per_rule_node`` distinct
-    field combinations. Anything
-    beyond is added to the count of the last kept event of that key, so counts
-    and first/last times stay exact while memory stays bounded.
+    field combinations; per (extractor, node) at most ``per_rule_ranks`` distinct
+    ranks/tasks; at most ``max_events`` in all. Anything beyond is added to the
+    count of the last kept event of that key (or of that extractor on that node), so
+    counts and first/last times stay exact while memory stays bounded.
+    ``folded_beyond`` counts, per (stream, node), the events folded by the last two
+    bounds: their rank and field detail is lost, and ``analyze`` says so in coverage.
     """
 
     def __init__(
@@ -251,6 +286,8 @@ class EventCollector:
         span: tuple[datetime | None, datetime | None] = (None, None),
         per_key: int = 3,
         per_rule_node: int = 64,
+        per_rule_ranks: int = 16_384,
+        max_events: int = 500_000,
         dedupe_memory: int = 100_000,
     ) -> None:
         self._group_by: dict[str, list[str] | None] = {
@@ -260,8 +297,13 @@ class EventCollector:
         self.span = span
         self.per_key = per_key
         self.per_rule_node = per_rule_node
+        self.per_rule_ranks = per_rule_ranks
+        self.max_events = max_events
+        self.folded_beyond: dict[tuple[Stream, str | None], int] = defaultdict(int)
         self._keys: dict[tuple[Any, ...], _Slot] = {}
-        self._rule_node_keys: dict[tuple[Any, ...], list[tuple[Any, ...]]] = defaultdict(list)
+        self._rule_node_keys: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+        self._rule_ranks: dict[tuple[Any, ...], int] = defaultdict(int)
+        self._last_of_rule: dict[tuple[str, str | None], Event] = {}
         self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
         self._dedupe_memory = dedupe_memory
         self.events: list[Event] = []
@@ -299,10 +341,21 @@ class EventCollector:
         slot = self._keys.get(key)
         rn_key = (event.rule, event.node, event.rank, event.task, event.in_window)
         if slot is None:
-            keys = self._rule_node_keys[rn_key]
-            if len(keys) >= self.per_rule_node:
+            keys = self._rule_node_keys.get(rn_key)
+            if keys is not None and len(keys) >= self.per_rule_node:
                 self._fold(self._keys[keys[-1]].events[-1], event)
                 return
+            ranks_key = (event.rule, event.node, event.in_window)
+            crowded = keys is None and self._rule_ranks[ranks_key] >= self.per_rule_ranks
+            if crowded or len(self.events) >= self.max_events:
+                last = self._last_of_rule.get((event.rule, event.node))
+                if last is not None:
+                    self._fold(last, event)
+                self.folded_beyond[(event.stream, event.node)] += event.count
+                return
+            if keys is None:
+                keys = self._rule_node_keys[rn_key] = []
+                self._rule_ranks[ranks_key] += 1
             slot = _Slot()
             self._keys[key] = slot
             keys.append(key)
@@ -313,6 +366,7 @@ class EventCollector:
         self.seq += 1
         slot.events.append(event)
         self.events.append(event)
+        self._last_of_rule[(event.rule, event.node)] = event
 
     @staticmethod
     def _fold(into: Event, event: Event) -> None:
@@ -354,7 +408,8 @@ def _adjacent(head: LogLine, following: Sequence[LogLine]) -> list[LogLine]:
 def iter_with_following(
     lines: Iterable[LogLine], lookahead: int
 ) -> Iterator[tuple[LogLine, list[LogLine]]]:
-    """Yield each line with up to ``lookahead`` lines that directly follow it in its file."""
+    """Yield each line with the up to ``lookahead`` lines read after it (``Extractor.extract``
+    keeps those that directly follow it in its file)."""
     if lookahead <= 0:
         for line in lines:
             yield line, []
@@ -364,7 +419,7 @@ def iter_with_following(
         buffer.append(line)
         if len(buffer) > lookahead:
             head = buffer.popleft()
-            yield head, _adjacent(head, list(buffer))
+            yield head, list(buffer)
     while buffer:
         head = buffer.popleft()
-        yield head, _adjacent(head, list(buffer))
+        yield head, list(buffer)

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from attribution import __version__
 from attribution._yaml import LineMap, load_yaml
 from attribution.errors import Location, RuleError, RuleErrors
-from attribution.model import Stream
+from attribution.model import EventRole, Stream
 from attribution.rules.schema import (
     CorrelationRule,
     DiagnosisRule,
@@ -49,6 +49,7 @@ class CompiledExtractor:
     table: dict[str, dict[str, Any]] | None
     path: str
     literals_folded: tuple[str, ...] = ()
+    reads_info: bool = False  # may read NCCL INFO lines: context only, or its pattern says INFO
 
     @property
     def id(self) -> str:
@@ -262,6 +263,9 @@ def compile_extractor(
         table=table_index,
         path=path,
         literals_folded=tuple(s.lower() for s in literals) if rule.match.ignore_case else (),
+        reads_info=rule.emit.role is EventRole.CONTEXT
+        or "INFO" in rule.match.regex
+        or any("INFO" in lit for lit in literals),
     )
 
 

@@ -171,6 +171,9 @@ class Emit(Strict):
     group_by: list[str] | None = None  # fields that keep events apart when folding repeats
     fallback: bool = False  # dropped when a non-fallback extractor matched the same line
     persists: bool = False  # a broken state that lasts until the node reboots (see docs/rules.md)
+    # the message is logged up to this many seconds after what it reports (slurmctld notices a
+    # dead node only after SlurmdTimeout); time order with other evidence allows for it
+    reported_late: float = Field(default=0.0, ge=0.0)
 
     @field_validator("fields")
     @classmethod
