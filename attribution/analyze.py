@@ -170,13 +170,13 @@ def analyze(
     apply_history(active, job, history)
     findings = correlate(ruleset.correlations, active, job, identity, skew=options.skew)
     passed = job_passed(job)
+    cov = list(coverage() if callable(coverage) else coverage)
+    cov = _note_folded(cov, collector.folded_beyond)
     outcome = (
         Outcome(None, [], [])
         if passed
-        else diagnose(ruleset.diagnoses, active, findings, job, skew=options.skew)
+        else diagnose(ruleset.diagnoses, active, findings, job, skew=options.skew, coverage=cov)
     )
-    cov = list(coverage() if callable(coverage) else coverage)
-    cov = _note_folded(cov, collector.folded_beyond)
     return _verdict(job, ruleset, options, outcome, passed, active, ignored, cov, diagnosed_at)
 
 

@@ -301,12 +301,46 @@ def _outlier(rule: CorrelationRule, events: Sequence[Event], job: JobRecord) -> 
     job_nodes = set(job.nodes) or {e.node for e in events if e.node}
     if len(job_nodes) < rule.min_job_nodes:
         return []
+    if rule.field:
+        return _outlier_value(rule, chosen, job_nodes)
     nodes = tuple(dict.fromkeys(e.node for e in sorted(chosen, key=_order_key) if e.node))
     if len(nodes) > rule.max_nodes:
         return []
     fields = {"job_nodes": len(job_nodes), "outlier_nodes": len(nodes)}
     first = min(chosen, key=_order_key)
     return [_finding(rule, nodes, chosen, {**first.fields, **fields}, first)]
+
+
+def _outlier_value(
+    rule: CorrelationRule, chosen: list[Event], job_nodes: set[str]
+) -> list[Finding]:
+    """Nodes whose ``field`` differs from what most nodes report (at most ``max_nodes`` of them,
+    and fewer than the nodes that agree)."""
+    assert rule.field is not None
+    values: dict[str, set[str]] = defaultdict(set)
+    for e in chosen:
+        value = e.fields.get(rule.field)
+        if e.node and value is not None and value != "":
+            values[e.node].add(str(value))
+    per_value: dict[str, set[str]] = defaultdict(set)
+    for node, seen in values.items():
+        for value in seen:
+            per_value[value].add(node)
+    if len(per_value) < 2:
+        return []
+    common, agreeing = max(per_value.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    odd = sorted(n for n, seen in values.items() if seen != {common})
+    if not odd or len(odd) > rule.max_nodes or len(agreeing) <= len(odd):
+        return []
+    members = [e for e in chosen if e.node in odd]
+    first = min(members, key=_order_key)
+    fields = {
+        rule.field: ", ".join(sorted({v for n in odd for v in values[n]})),
+        "common_value": common,
+        "job_nodes": len(job_nodes),
+        "outlier_nodes": len(odd),
+    }
+    return [_finding(rule, tuple(odd), members, fields, first)]
 
 
 def _suppress(rule: CorrelationRule, events: Sequence[Event], skew: float) -> None:

@@ -20,11 +20,14 @@ from attribution.hostlist import compress
 from attribution.model import (
     Alternative,
     Cause,
+    Coverage,
+    CoverageStatus,
     Event,
     Finding,
     JobRecord,
     Responsible,
     Severity,
+    Stream,
     SubDomain,
 )
 from attribution.rules.conditions import check_all, job_matches, selects
@@ -34,6 +37,10 @@ from attribution.rules.template import render
 # Candidates at or above this priority are "root-grade": they may win on time
 # over a higher-priority candidate that came clearly later.
 ROOT_GRADE = 40
+# coverage states in which a source told us nothing
+UNREAD_STATUSES = frozenset(
+    {CoverageStatus.MISSING, CoverageStatus.UNREADABLE, CoverageStatus.ERROR, CoverageStatus.EMPTY}
+)
 
 
 @dataclass(slots=True)
@@ -117,11 +124,23 @@ def _order_key(event: Event) -> tuple[int, Any, int]:
     return (0, event.time, event.seq) if event.time is not None else (1, 0, event.seq)
 
 
+def _unread_holds(
+    rule: DiagnosisRule, anchors: list[Event], job: JobRecord, unread: frozenset[tuple[Stream, str]]
+) -> bool:
+    """None of ``when.unread`` was read on an anchor node (any job node if the anchors have
+    none). A source counts as unread only when coverage says so (missing, unreadable, error,
+    empty): with no coverage at all the condition does not hold."""
+    streams = rule.when.unread_streams()
+    nodes = {e.node for e in anchors if e.node} or set(job.nodes)
+    return any(all((s, node) in unread for s in streams) for node in nodes)
+
+
 def _evaluate(
     rule: DiagnosisRule,
     events: Sequence[Event],
     findings: Sequence[Finding],
     job: JobRecord,
+    unread: frozenset[tuple[Stream, str]] = frozenset(),
 ) -> Candidate | None:
     when = rule.when
     if not job_matches(job, when.job):
@@ -168,6 +187,8 @@ def _evaluate(
             supporting.extend(found)
 
     anchors = anchor_events or []
+    if rule.when.unread and not _unread_holds(rule, anchors, job, unread):
+        return None
     rep = min(anchors, key=_order_key) if anchors else None
     times = [e.time for e in anchors if e.time is not None]
     first_at = anchor_finding.time if anchor_finding and anchor_finding.time else None
@@ -272,7 +293,11 @@ def _values(
         values["finding"] = finding.summary
         if finding.nodes:
             values["node"] = finding.nodes[0]
-    nodes = [r.node for r in responsible] or sorted({e.node for e in anchors if e.node})
+    if finding is not None:
+        # a finding names its nodes (the suspects); its events are the reporters
+        nodes = [r.node for r in responsible] or list(finding.nodes)
+    else:
+        nodes = [r.node for r in responsible] or sorted({e.node for e in anchors if e.node})
     values["nodes"] = compress(nodes) if nodes else None
     values["node_count"] = len(set(nodes))
     values["count"] = sum(e.count for e in anchors) if anchors else None
@@ -299,9 +324,17 @@ def diagnose(
     job: JobRecord,
     *,
     skew: float = 60.0,
+    coverage: Sequence[Coverage] = (),
 ) -> Outcome:
-    """Evaluate every diagnosis rule and rank the candidates (see the module docstring)."""
-    candidates = [c for rule in rules if (c := _evaluate(rule, events, findings, job)) is not None]
+    """Evaluate every diagnosis rule and rank the candidates (see the module docstring).
+
+    ``coverage`` tells ``unread`` conditions which sources were not read."""
+    unread = frozenset(
+        (c.stream, c.node) for c in coverage if c.node and c.status in UNREAD_STATUSES
+    )
+    candidates = [
+        c for rule in rules if (c := _evaluate(rule, events, findings, job, unread)) is not None
+    ]
     if not candidates:
         return Outcome(None, [], [])
     candidates.sort(key=_sort_key)

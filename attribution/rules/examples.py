@@ -14,7 +14,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from attribution.jobrecord import job_from_dict
-from attribution.model import Event, EventRole, JobRecord, LogLine, Severity, SourceRef, Stream
+from attribution.model import (
+    Coverage,
+    CoverageStatus,
+    Event,
+    EventRole,
+    JobRecord,
+    LogLine,
+    Severity,
+    SourceRef,
+    Stream,
+)
 from attribution.rules.conditions import check
 from attribution.rules.correlate import build_identity, correlate
 from attribution.rules.diagnose import diagnose
@@ -305,7 +315,11 @@ def _run_diagnosis(ruleset: RuleSet, rule: DiagnosisRule, case: ExampleCase) -> 
     events = scenario_events(ruleset, scenario)
     identity = build_identity(job, events)
     findings = correlate(ruleset.correlations, events, job, identity)
-    outcome = diagnose([rule], events, findings, job)
+    coverage = [
+        Coverage(stream=c.stream, node=c.node, status=CoverageStatus(c.status))
+        for c in scenario.coverage
+    ]
+    outcome = diagnose([rule], events, findings, job, coverage=coverage)
     winner = outcome.winner
     if case.group == "no_match":
         if winner is not None:

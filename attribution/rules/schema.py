@@ -314,6 +314,26 @@ class When(Strict):
     none: list[AnyCondition] = []
     also: list[EventCondition] = []
     job: JobConditions | None = None
+    # streams (names or groups such as ``node``) of which none was read on the anchor's node
+    # (on some job node when the anchor has none): the evidence that would decide is missing
+    unread: list[str] = []
+
+    normalise_unread = field_validator("unread", mode="before")(_as_list)
+
+    @field_validator("unread")
+    @classmethod
+    def _streams_known(cls, value: list[str]) -> list[str]:
+        known = {s.value for s in Stream} | set(STREAM_GROUPS)
+        bad = [v for v in value if v not in known]
+        if bad:
+            raise ValueError(f"unknown stream(s) {bad}; known: {sorted(known)}")
+        return value
+
+    def unread_streams(self) -> frozenset[Stream]:
+        out: set[Stream] = set()
+        for name in self.unread:
+            out.update(STREAM_GROUPS.get(name, ()) or (Stream(name),))
+        return frozenset(out)
 
     @model_validator(mode="after")
     def _something(self) -> When:
@@ -357,10 +377,19 @@ class ScenarioExpect(Strict):
     summary_contains: str | None = None
 
 
+class ScenarioCoverage(Strict):
+    """A source the example says was (not) read: ``status`` missing, empty, ok, ..."""
+
+    stream: Stream
+    node: str | None = None
+    status: Literal["ok", "empty", "missing", "unreadable", "error"] = "missing"
+
+
 class Scenario(Strict):
     name: str
     job: dict[str, Any] = {}
     events: list[ScenarioEvent]
+    coverage: list[ScenarioCoverage] = []
     expect: ScenarioExpect = ScenarioExpect()
     reason: str | None = None
 
@@ -391,7 +420,9 @@ class CorrelationRule(Header):
       straggler - watchdog progress counters: ranks whose last enqueued work is
                   below the failing sequence number never issued the collective.
       outlier   - ``event`` seen on at most ``max_nodes`` of a job with at least
-                  ``min_job_nodes`` nodes: those nodes stand out.
+                  ``min_job_nodes`` nodes: those nodes stand out. With ``field``:
+                  the nodes whose value of it differs from the one most nodes
+                  report (at most ``max_nodes``, fewer than those that agree).
     """
 
     kind: Literal["correlation"]
