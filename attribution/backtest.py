@@ -106,6 +106,11 @@ class Report:
         n = len(self.scored)
         return sum(1 for c in self.scored if c.score in scores) / n if n else 0.0
 
+    def verdict_share(self, sub_domain: str) -> float:
+        """The share of verdicts (whatever was expected) with this sub_domain."""
+        n = len(self.scored)
+        return sum(1 for c in self.scored if c.got_sub_domain == sub_domain) / n if n else 0.0
+
     def node_accuracy(self) -> tuple[int, int]:
         judged = [c for c in self.scored if c.nodes_ok is not None]
         return sum(1 for c in judged if c.nodes_ok), len(judged)
@@ -150,6 +155,8 @@ class Report:
             "exact_or_acceptable_rate": self.rate("exact", "acceptable"),
             "ambiguous_rate": self.rate("ambiguous"),
             "unattributed_rate": self.rate("unattributed"),
+            "verdicts_ambiguous": self.verdict_share("ambiguous"),
+            "verdicts_unattributed": self.verdict_share("unattributed"),
             "responsible_node_accuracy": {"correct": node_ok, "judged": node_n},
             "terminal_state_accuracy": {"correct": term_ok, "judged": term_n},
             "per_class": self.per_class(),

@@ -122,12 +122,19 @@ class Reading(_Strict):
     Python's ``re``; all give the same verdict). ``workers``: sources read
     ahead in threads (pays off on network file systems). ``seek_threshold``:
     node logs larger than this are read by time window (bisection) instead of
-    from the start.
+    from the start. The memory bound (peak RSS under 256 MiB with the defaults,
+    docs/performance.md): ``max_line``: longer lines are cut (bytes);
+    ``max_events``: distinct events kept per job; ``max_ranks``: distinct ranks
+    kept per extractor and node. Beyond the last two, signals are still counted
+    and coverage says their detail was dropped.
     """
 
     engine: Literal["auto", "hyperscan", "re2", "python"] = "auto"
     workers: int = Field(default=8, ge=1, le=64)
     seek_threshold: ByteSize = ByteSize(1 << 20)
+    max_line: ByteSize = Field(default=ByteSize(64 * 1024), ge=1024)
+    max_events: int = Field(default=500_000, ge=1_000)
+    max_ranks: int = Field(default=16_384, ge=64)
 
 
 class Retries(_Strict):

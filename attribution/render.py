@@ -238,8 +238,12 @@ def backtest_view(report: Report) -> RenderableType:
     totals.append(f"{n} case(s): ", style="bold")
     totals.append(", ".join(f"{counts[k]} {k}" for k in counts))
     totals.append(f"\nexact or acceptable: {data['exact_or_acceptable_rate']:.1%}")
-    totals.append(f" · ambiguous: {data['ambiguous_rate']:.1%}")
-    totals.append(f" · unattributed: {data['unattributed_rate']:.1%}")
+    totals.append(f" · scored ambiguous: {data['ambiguous_rate']:.1%}")
+    totals.append(f" · scored unattributed: {data['unattributed_rate']:.1%}")
+    totals.append(
+        f"\nverdicts ambiguous: {data['verdicts_ambiguous']:.1%}"
+        f" · verdicts unattributed: {data['verdicts_unattributed']:.1%}"
+    )
     na = data["responsible_node_accuracy"]
     ta = data["terminal_state_accuracy"]
     if na["judged"]:

@@ -94,7 +94,10 @@ class Worker:
         self.spool = spool or make_spool(config)
         self.clock = clock
         self.options = AnalysisOptions(
-            margin_before=config.window.before, margin_after=config.window.after
+            margin_before=config.window.before,
+            margin_after=config.window.after,
+            per_rule_ranks=config.reading.max_ranks,
+            max_events=config.reading.max_events,
         )
         self._stop = threading.Event()
 
@@ -114,6 +117,7 @@ class Worker:
                 engine=None if reading.engine == "auto" else reading.engine,
             )
             ctx.seek_threshold = int(reading.seek_threshold)
+            ctx.max_line = int(reading.max_line)
             readers, lines = read_sources(col.specs, ctx, workers=reading.workers)
             return analyze(
                 job,
