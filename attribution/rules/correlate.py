@@ -115,6 +115,12 @@ def build_identity(job: JobRecord, events: Iterable[Event]) -> Identity:
 
 
 def _time_ok(cause: Event, effect: Event, rule: CorrelationRule) -> bool:
+    if rule.within_lines is not None:
+        # position in one file decides (a traceback belongs to the header above it)
+        if cause.source.path != effect.source.path:
+            return False
+        gap = effect.source.line - cause.source.line
+        return 0 <= gap <= rule.within_lines if cause.source.line else False
     if cause.time is None or effect.time is None:
         if rule.within is None:
             return True
@@ -132,6 +138,14 @@ def _time_ok(cause: Event, effect: Event, rule: CorrelationRule) -> bool:
     if rule.order == "before" and delta > 0:
         return False
     return rule.within is None or abs(delta) <= rule.within
+
+
+def _distance(cause: Event, effect: Event) -> tuple[float, int]:
+    if cause.source.path == effect.source.path and cause.source.line and effect.source.line:
+        return (0.0, abs(effect.source.line - cause.source.line))
+    if cause.time is not None and effect.time is not None:
+        return (abs((effect.time - cause.time).total_seconds()), 0)
+    return (float("inf"), effect.seq)
 
 
 def _nodes_ok(cause: Event, effect: Event, relation: str) -> bool:
@@ -165,6 +179,9 @@ def _sequence(rule: CorrelationRule, events: Sequence[Event]) -> list[Finding]:
             if _nodes_ok(cause, effect, rule.nodes) and _time_ok(cause, effect, rule):
                 paired[cause.seq].append(effect)
                 cause_by_seq[cause.seq] = cause
+    if rule.nearest:
+        for seq, matched in paired.items():
+            paired[seq] = [min(matched, key=lambda e: _distance(cause_by_seq[seq], e))]
     findings: list[Finding] = []
     per_node: dict[str | None, list[Event]] = defaultdict(list)
     for seq, matched in paired.items():

@@ -215,7 +215,7 @@ def scenario_events(ruleset: RuleSet, scenario: Scenario) -> list[Event]:
     return out
 
 
-_KNOWN = {"event", "node", "at", "role", "rank", "count", "stream"}
+_KNOWN = {"event", "node", "at", "role", "rank", "count", "stream", "line"}
 
 
 def _scenario_event(ruleset: RuleSet, spec: ScenarioEvent, index: int) -> Event:
@@ -257,7 +257,7 @@ def _scenario_event(ruleset: RuleSet, spec: ScenarioEvent, index: int) -> Event:
         node=spec.node,
         time=when,
         fields=fields,
-        source=SourceRef("example", index + 1),
+        source=SourceRef("example", spec.line or index + 1),
         text=f"{spec.event} {fields}",
         role=role,
         label=label,

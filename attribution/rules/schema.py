@@ -357,6 +357,7 @@ class ScenarioEvent(BaseModel):
     rank: int | None = None
     count: int = 1
     stream: Stream | None = None
+    line: int | None = Field(default=None, ge=1)  # line in the example's one file (default: order)
 
     @field_validator("at")
     @classmethod
@@ -410,7 +411,9 @@ class CorrelationRule(Header):
       suppress  - ``symptoms`` become downstream when a candidate root exists
                   (``roots``, default: any root/either event not itself a symptom).
       sequence  - ``cause`` then ``effect`` within ``within`` on ``nodes``
-                  same/other/any; ``mark`` changes roles; may produce a finding.
+                  same/other/any (or ``within_lines`` lines later in the same
+                  file; ``nearest``: only the closest effect of each cause);
+                  ``mark`` changes roles; may produce a finding.
       vote      - reporters of ``event`` name a peer in ``field``; the peer named
                   by at least ``min_voters`` distinct reporters is the suspect. When
                   more than ``max_suspects`` peers tie for the most reporters, no
@@ -435,6 +438,8 @@ class CorrelationRule(Header):
     cause: Selector | None = None
     effect: Selector | None = None
     within: float | None = None  # seconds
+    within_lines: int | None = Field(default=None, ge=0)  # same file, at most N lines after
+    nearest: bool = False  # each cause pairs with its nearest effect only
     nodes: Literal["same", "other", "any"] = "any"
     order: Literal["after", "before", "any"] = "after"
     mark: dict[Literal["cause", "effect"], Literal["root", "downstream", "context"]] = {}
