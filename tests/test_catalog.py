@@ -9,16 +9,15 @@ log line of that stream (prefixes stripped, times read).
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import yaml
 
-from attribution.model import LogLine, SourceRef, Stream
+from attribution.model import Stream
+from attribution.rules.examples import example_lines
 from attribution.rules.extract import Extractor
 from attribution.rules.loader import RuleSet
-from attribution.sources.prefix import parse_prefix
 
 from .conftest import FIXTURES
 
@@ -29,23 +28,7 @@ FAMILIES = ("xid", "sxid", "fm", "nccl", "torch", "app", "slurm", "kernel", "mlx
 
 
 def _events(ruleset: RuleSet, text: str, stream: Stream):  # type: ignore[no-untyped-def]
-    raws = text.split("\n")
-    lines = [
-        LogLine(
-            stream=stream,
-            node="node001",
-            text=(p := parse_prefix(raw, reference=datetime(2025, 6, 1, tzinfo=UTC))).text,
-            raw=raw,
-            source=SourceRef("catalog", i + 1),
-            time=p.time,
-            host=p.host,
-            rank=p.rank,
-            pid=p.pid,
-            device=p.device,
-            task=p.task,
-        )
-        for i, raw in enumerate(raws)
-    ]
+    lines = example_lines(text, stream)
     return Extractor(ruleset).extract(lines[0], lines[1:])
 
 

@@ -132,16 +132,13 @@ def _single(ruleset: RuleSet, rule_id: str) -> RuleSet:
     return RuleSet(extractors=chosen, tables=ruleset.tables, digest=ruleset.digest)
 
 
-def line_events(
-    ruleset: RuleSet, rule: ExtractorRule, text: str, stream: Stream | None
-) -> list[Event]:
-    """Events one extractor yields for one example line (prefixes parsed as in real logs)."""
-    chosen = stream or sorted(rule.stream_set(), key=lambda s: list(Stream).index(s))[0]
-    lines = text.split("\n")
-    parsed = [
+def example_lines(text: str, stream: Stream, node: str = "node001") -> list[LogLine]:
+    """``LogLine`` objects for the lines of ``text``, with prefixes parsed as in real logs
+    (times relative to the examples' base time, 2025-06-01 UTC)."""
+    return [
         LogLine(
-            stream=chosen,
-            node="node001",
+            stream=stream,
+            node=node,
             text=(p := parse_prefix(raw, reference=BASE_TIME)).text,
             raw=raw,
             source=SourceRef("example", i + 1),
@@ -152,8 +149,16 @@ def line_events(
             device=p.device,
             task=p.task,
         )
-        for i, raw in enumerate(lines)
+        for i, raw in enumerate(text.split("\n"))
     ]
+
+
+def line_events(
+    ruleset: RuleSet, rule: ExtractorRule, text: str, stream: Stream | None
+) -> list[Event]:
+    """Events one extractor yields for one example line (prefixes parsed as in real logs)."""
+    chosen = stream or sorted(rule.stream_set(), key=lambda s: list(Stream).index(s))[0]
+    parsed = example_lines(text, chosen)
     extractor = Extractor(_single(ruleset, rule.id))
     return extractor.extract(parsed[0], parsed[1:])
 
