@@ -134,7 +134,7 @@ def _single(ruleset: RuleSet, rule_id: str) -> RuleSet:
 
 def example_lines(text: str, stream: Stream, node: str = "node001") -> list[LogLine]:
     """``LogLine`` objects for the lines of ``text``, with prefixes parsed as in real logs
-    (times relative to the examples' base time, 2025-06-01 UTC)."""
+    (a year-less stamp takes the examples' base time, 2026-01-01 12:00 UTC, as reference)."""
     return [
         LogLine(
             stream=stream,
