@@ -121,8 +121,15 @@ def extract_events(
         if line.time is not None and path in pending:
             for event in pending.pop(path):
                 event.not_after = line.time
+        found = extractor.extract(line, following)
+        if line.time is None and path in pending:
+            # a message that carries its own time ("failed at", "CANCELLED AT") bounds too
+            stamped = [e.time for e in found if e.time is not None]
+            if stamped:
+                for event in pending.pop(path):
+                    event.not_after = min(stamped)
         kept = len(collector.events)
-        collector.extend(extractor.extract(line, following))
+        collector.extend(found)
         for event in collector.events[kept:]:
             if event.time is None:
                 pending.setdefault(path, []).append(event)
@@ -216,7 +223,7 @@ def _verdict(
     diagnosed_at: datetime | None,
 ) -> Verdict:
     winner = outcome.winner
-    chain = _chain(active, outcome, options)
+    chain = _chain(active, outcome, options, job.end)
     ignored_chain = _group(ignored, lambda _e: ChainRole.CONTEXT, note="outside the job window")
     coverage = _coverage_counts(coverage, active + ignored)
     responsible: tuple[Responsible, ...] = ()
@@ -305,7 +312,9 @@ def _unattributed_summary(job: JobRecord, coverage: list[Coverage], active: list
     return text + "."
 
 
-def _roles(active: list[Event], outcome: Outcome, skew: float) -> dict[int, ChainRole]:
+def _roles(
+    active: list[Event], outcome: Outcome, skew: float, end: datetime | None = None
+) -> dict[int, ChainRole]:
     winner = outcome.winner
     root_ids: set[int] = set()
     root_time: datetime | None = None
@@ -322,6 +331,16 @@ def _roles(active: list[Event], outcome: Outcome, skew: float) -> dict[int, Chai
             roles[id(e)] = ChainRole.CONTEXT
         elif root_time and e.time and (root_time - e.time).total_seconds() > skew:
             roles[id(e)] = ChainRole.CONTEXT  # clearly before the root: cannot be its effect
+        elif (
+            end
+            and e.time
+            and (e.time - end).total_seconds() > skew
+            and not e.demoted_by
+            and e.role in (EventRole.ROOT, EventRole.EITHER)
+        ):
+            # a fault of its own logged after the job had ended: not something the root caused
+            roles[id(e)] = ChainRole.CONTEXT
+            e.note = e.note or "logged after the job ended"
         elif e.demoted_by or e.role is EventRole.SYMPTOM:
             roles[id(e)] = ChainRole.DOWNSTREAM
         elif winner is None:
@@ -339,8 +358,10 @@ def _root_events(cand: Candidate) -> list[Event]:
     return cand.anchor_events + cand.matched
 
 
-def _chain(active: list[Event], outcome: Outcome, options: AnalysisOptions) -> list[ChainEntry]:
-    roles = _roles(active, outcome, options.skew)
+def _chain(
+    active: list[Event], outcome: Outcome, options: AnalysisOptions, end: datetime | None = None
+) -> list[ChainEntry]:
+    roles = _roles(active, outcome, options.skew, end)
     entries = _group(active, lambda e: roles[id(e)])
     root_first = [e.first_at for e in entries if e.role is ChainRole.ROOT and e.first_at]
     pivot = min(root_first) if root_first else None

@@ -28,6 +28,33 @@ class Identity:
     task_node: dict[int, str] = field(default_factory=dict)
     address_node: dict[str, str] = field(default_factory=dict)
     nodes: tuple[str, ...] = ()
+    rank_task: dict[int, int] = field(default_factory=dict)  # from lines carrying both
+    block: tuple[int, int] | None = None  # the ranks-per-task range those pairs allow
+
+    def infer_block_layout(self) -> None:
+        """Launchers that start one agent per node (torchrun under srun) number ranks in
+        blocks: rank = task * k + local rank, 0 <= local rank < k. The (rank, task) pairs seen
+        on lines that carry both bound k; a rank never named is placed when every k in those
+        bounds puts it on the same task. Needs pairs from at least two tasks."""
+        if len(set(self.rank_task.values())) < 2:
+            return
+        low = max(r // (t + 1) + 1 for r, t in self.rank_task.items())
+        high = min(r // t for r, t in self.rank_task.items() if t > 0)
+        if low <= high:
+            self.block = (low, high)
+
+    def node_of_rank(self, rank: int) -> str | None:
+        """The node of a global rank: named on a line, or placed by the block layout."""
+        if rank in self.rank_node:
+            return self.rank_node[rank]
+        if rank in self.rank_task:
+            return self.task_node.get(self.rank_task[rank])
+        if self.block is not None:
+            low, high = self.block
+            tasks = {rank // k for k in range(low, min(high, low + 4096) + 1)}
+            if len(tasks) == 1 and high <= low + 4096:
+                return self.task_node.get(tasks.pop())
+        return None
 
     def node_for_peer(self, value: str) -> str | None:
         """The node a peer string (IP, ``host<port>``, FQDN) refers to, if we can tell."""
@@ -51,9 +78,10 @@ class Identity:
         if not host:
             return
         node = short_name(str(host))
-        if event.name == "identity.rank" and event.fields.get("rank") is not None:
+        rank = event.fields.get("rank", event.rank)
+        if event.name == "identity.rank" and rank is not None:
             try:
-                self.rank_node.setdefault(int(event.fields["rank"]), node)
+                self.rank_node.setdefault(int(rank), node)
             except (TypeError, ValueError):
                 return
         elif event.name == "identity.address" and event.fields.get("ip"):
@@ -75,10 +103,10 @@ class Identity:
 
     def node_of(self, event: Event) -> str | None:
         """The node an event with no node of its own came from, by rank or task id."""
-        if event.rank is not None and event.rank in self.rank_node:
-            return self.rank_node[event.rank]
-        if event.task is not None:
-            return self.task_node.get(event.task)
+        if event.task is not None and event.task in self.task_node:
+            return self.task_node[event.task]
+        if event.rank is not None:
+            return self.node_of_rank(event.rank)
         return None
 
 
@@ -111,6 +139,9 @@ def build_identity(job: JobRecord, events: Iterable[Event]) -> Identity:
         if event.task is not None and event.node and event.stream.value.startswith("job"):
             # a line carrying both an srun task label and its own host (NCCL prefix)
             identity.task_node.setdefault(event.task, event.node)
+        if event.task is not None and event.rank is not None:
+            identity.rank_task.setdefault(event.rank, event.task)
+    identity.infer_block_layout()
     return identity
 
 
@@ -228,6 +259,13 @@ def _finding(
     )
 
 
+def _is_node(peer: str, identity: Identity) -> bool:
+    """A resolved peer is a node name; an unmapped address or rank is not."""
+    if is_ip(peer) or peer.startswith("rank "):
+        return False
+    return not identity.nodes or peer in identity.nodes
+
+
 def _vote(rule: CorrelationRule, events: Sequence[Event], identity: Identity) -> list[Finding]:
     assert rule.select is not None
     assert rule.field is not None
@@ -239,9 +277,15 @@ def _vote(rule: CorrelationRule, events: Sequence[Event], identity: Identity) ->
         if not selects(rule.select, event):
             continue
         value = event.fields.get(rule.field)
-        if not value:
+        if value is None or value == "":
             continue
-        peer = identity.node_for_peer(str(value)) or str(value).split("<", 1)[0]
+        if rule.peer_kind == "rank":
+            try:
+                peer = identity.node_of_rank(int(value)) or f"rank {int(value)}"
+            except (TypeError, ValueError):
+                continue
+        else:
+            peer = identity.node_for_peer(str(value)) or str(value).split("<", 1)[0]
         if peer == event.node:
             continue
         voters[peer].add(event.node or f"rank{event.rank}")
@@ -263,11 +307,11 @@ def _vote(rule: CorrelationRule, events: Sequence[Event], identity: Identity) ->
             "peer_address": raw[peer],
             "voters": len(voters[peer]),
             "votes": votes[peer],
-            "peer_is_node": not is_ip(peer),
+            "peer_is_node": _is_node(peer, identity),
         }
         group = members[peer]
         first = min(group, key=_order_key)
-        nodes = () if is_ip(peer) else (peer,)
+        nodes = (peer,) if _is_node(peer, identity) else ()
         findings.append(_finding(rule, nodes, group, fields, first))
     return findings
 

@@ -190,7 +190,8 @@ def _evaluate(
     if rule.when.unread and not _unread_holds(rule, anchors, job, unread):
         return None
     rep = min(anchors, key=_order_key) if anchors else None
-    times = [e.time for e in anchors if e.time is not None]
+    # the cause's earliest evidence: any event its conditions matched, not only the anchor's
+    times = [e.time for e in (*anchors, *matched) if e.time is not None]
     first_at = anchor_finding.time if anchor_finding and anchor_finding.time else None
     if first_at is None and times:
         first_at = min(times)

@@ -448,6 +448,7 @@ class CorrelationRule(Header):
     field: str | None = None
     min_voters: int = Field(default=2, ge=1)
     max_suspects: int = Field(default=1, ge=1)
+    peer_kind: Literal["host", "rank"] = "host"  # what ``field`` names: a host/IP or a rank
     max_nodes: int = Field(default=1, ge=1)
     min_job_nodes: int = Field(default=2, ge=2)
     # result
