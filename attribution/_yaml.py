@@ -57,8 +57,9 @@ def load_yaml(text: str, path: str, *, error: type[RuleError] = YamlError) -> tu
         ``(data, linemap)``; ``data`` is ``None`` for an empty document.
 
     Raises:
-        error: on a syntax error, a duplicate key, a non-string key or an
-            unsupported tag, with ``path:line`` of the problem.
+        error: on a syntax error, a duplicate key, a non-string key, an alias, an
+            unsupported tag or a document of more than ``MAX_NODES`` values, with
+            ``path:line`` of the problem.
     """
     loader = _BaseLoader(text)
     try:
@@ -78,7 +79,10 @@ def load_yaml(text: str, path: str, *, error: type[RuleError] = YamlError) -> tu
     if node is None:
         return None, lines
     lines.set((), node.start_mark.line + 1)
-    return _construct(loader, node, (), lines, path, error), lines
+    return _construct(loader, node, (), lines, path, error, set()), lines
+
+
+MAX_NODES = 2_000_000  # YAML nodes one document may hold (a 40 MB history is about 1M)
 
 
 def _construct(
@@ -88,7 +92,21 @@ def _construct(
     lines: LineMap,
     file: str,
     error: type[RuleError],
+    seen: set[int],
 ) -> Any:
+    # the composer hands an alias back as the anchored node itself: seeing a node twice means
+    # an alias, and aliases are refused (a few lines of them expand to gigabytes)
+    if id(node) in seen:
+        raise error(
+            "YAML aliases (*name) are not allowed: this anchored value is used again",
+            Location(file, node.start_mark.line + 1),
+        )
+    seen.add(id(node))
+    if len(seen) > MAX_NODES:
+        raise error(
+            f"the document is too large (more than {MAX_NODES:,} values)",
+            Location(file, node.start_mark.line + 1),
+        )
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -105,13 +123,13 @@ def _construct(
                     f"duplicate key {key!r} (first defined on line {first})", Location(file, line)
                 )
             lines.set((*path, key), line)
-            out[key] = _construct(loader, value_node, (*path, key), lines, file, error)
+            out[key] = _construct(loader, value_node, (*path, key), lines, file, error, seen)
         return out
     if isinstance(node, yaml.SequenceNode):
         items = []
         for index, item in enumerate(node.value):
             lines.set((*path, index), item.start_mark.line + 1)
-            items.append(_construct(loader, item, (*path, index), lines, file, error))
+            items.append(_construct(loader, item, (*path, index), lines, file, error, seen))
         return items
     return _scalar(loader, node, file, error)
 

@@ -133,6 +133,7 @@ def extract_events(
         for event in collector.events[kept:]:
             if event.time is None:
                 pending.setdefault(path, []).append(event)
+    collector.regex_timeouts = dict(extractor.timeouts)
     return collector
 
 
@@ -179,6 +180,7 @@ def analyze(
     passed = job_passed(job)
     cov = list(coverage() if callable(coverage) else coverage)
     cov = _note_folded(cov, collector.folded_beyond)
+    cov = _note_timeouts(cov, collector.regex_timeouts)
     outcome = (
         Outcome(None, [], [])
         if passed
@@ -439,6 +441,27 @@ def _note_folded(
                 " counted, but their rank and field detail was not kept"
             )
             c = dataclasses.replace(c, reason="; ".join(x for x in (c.reason, note) if x))
+        out.append(c)
+    return out
+
+
+def _note_timeouts(
+    coverage: list[Coverage], timeouts: Mapping[tuple[Stream, str | None, str], int]
+) -> list[Coverage]:
+    """Say in coverage which lines a rule could not match within its time budget."""
+    if not timeouts:
+        return coverage
+    notes: dict[tuple[Stream, str | None], list[str]] = defaultdict(list)
+    for (stream, node, rule), count in sorted(timeouts.items(), key=str):
+        key = (stream, None if stream in JOB_STREAMS else node)
+        notes[key].append(f"{count} line(s) skipped by {rule}: its pattern ran out of time")
+    out = []
+    for c in coverage:
+        extra = notes.get((c.stream, c.node))
+        if extra:
+            c = dataclasses.replace(
+                c, reason="; ".join([*([c.reason] if c.reason else []), *extra])
+            )
         out.append(c)
     return out
 

@@ -182,3 +182,44 @@ examples:
     assert len(results) == 4 and all(r.passed for r in results), [
         r for r in results if not r.passed
     ]
+
+
+def test_a_backtracking_site_regex_is_flagged_and_bounded(tmp_path: Path) -> None:
+    """A pattern like (a+)+b is reported by lint and, at run time, loses only the lines it
+    runs out of time on (a coverage note), never the diagnosis."""
+    from attribution.analyze import analyze
+    from attribution.jobrecord import job_from_dict
+    from attribution.model import LogLine, SourceRef, Stream
+
+    site = tmp_path / "site"
+    site.mkdir()
+    rule = GOOD_RULE.format(id="site-slow", word="boom").replace(
+        "regex: 'boom (?P<what>\\w+)'", "regex: 'boom (?P<what>(?:a+)+)b'"
+    )
+    (site / "site-slow.yaml").write_text(rule)
+    ruleset = load_ruleset([site], include_shipped=False)
+    issues = [i for i in lint(ruleset) if i.check == "regex-backtracking"]
+    assert issues and not issues[0].error and "ms on a 6,000-character line" in issues[0].message
+    text = "boom " + "a" * 30000
+    line = LogLine(Stream.JOB_STDOUT, None, text, text, SourceRef("out.log", 1))
+    job = job_from_dict({"job_id": "1", "state": "FAILED", "nodes": "n1"})
+    from attribution.model import Coverage, CoverageStatus
+
+    cov = [Coverage(Stream.JOB_STDOUT, None, CoverageStatus.OK, ("out.log",), len(text), 1)]
+    verdict = analyze(job, [line, line], ruleset, coverage=cov)
+    (job_cov,) = verdict.coverage
+    assert job_cov.reason is not None
+    assert "2 line(s) skipped by site-slow: its pattern ran out of time" in job_cov.reason
+
+
+def test_yaml_aliases_are_refused_before_they_expand(tmp_path: Path) -> None:
+    """A "billion laughs" document of a few lines would expand to gigabytes."""
+    from attribution._yaml import YamlError, load_yaml
+
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n"
+    for level in "bcdefghij":
+        prev = chr(ord(level) - 1)
+        bomb += f"{level}: &{level} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"
+    with pytest.raises(YamlError) as info:
+        load_yaml(bomb, "bomb.yaml")
+    assert str(info.value).startswith("bomb.yaml:1: YAML aliases (*name) are not allowed")

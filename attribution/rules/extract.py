@@ -27,6 +27,7 @@ from attribution.rules.template import placeholders, render
 from attribution.timeutil import parse_iso
 
 MAX_TEXT = 600
+REGEX_BUDGET = 0.25  # seconds one extractor's regex may spend on one line
 _NCCL_INFO = "NCCL INFO "
 _SIZE = re.compile(r"\d+(?:\.\d+)?\s*(?:[KMGTPE]i?B?|B|bytes?)?", re.IGNORECASE)
 _ROLE_VALUES = frozenset(r.value for r in EventRole)
@@ -120,6 +121,7 @@ class Extractor:
         self.tz = tz
         self._order = {ex.id: i for i, ex in enumerate(ruleset.extractors)}
         self._by_index = list(ruleset.extractors)
+        self.timeouts: dict[tuple[Stream, str | None, str], int] = defaultdict(int)
         self._severity: dict[str, Severity] = {}
         self._label_names: dict[str, tuple[str, ...]] = {}
         self._labels: dict[tuple[Any, ...], str] = {}
@@ -163,7 +165,12 @@ class Extractor:
                     adjacent = _adjacent(line, following)
                 extra = [f.text for f in adjacent[: ex.rule.match.continuation]]
                 text = "\n".join([text, *extra])
-            m = ex.regex.search(text)
+            try:
+                m = ex.regex.search(text, timeout=REGEX_BUDGET)
+            except TimeoutError:
+                # a pattern that backtracks badly on this line: skip it, say so in coverage
+                self.timeouts[(line.stream, line.node, ex.id)] += 1
+                continue
             if m is None:
                 continue
             found.append((ex.rule.emit.fallback, self._event(ex, m, line)))
@@ -187,7 +194,7 @@ class Extractor:
             label = self._labels[key] = render(template, values)
         return label
 
-    def _event(self, ex: CompiledExtractor, m: re.Match[str], line: LogLine) -> Event:
+    def _event(self, ex: CompiledExtractor, m: Any, line: LogLine) -> Event:
         emit = ex.rule.emit
         fields: dict[str, Any] = {}
         ratios: list[tuple[str, tuple[str, str]]] = []
@@ -300,6 +307,8 @@ class EventCollector:
         self.per_rule_ranks = per_rule_ranks
         self.max_events = max_events
         self.folded_beyond: dict[tuple[Stream, str | None], int] = defaultdict(int)
+        # lines an extractor's regex could not finish on (see Extractor.timeouts)
+        self.regex_timeouts: dict[tuple[Stream, str | None, str], int] = {}
         self._keys: dict[tuple[Any, ...], _Slot] = {}
         self._rule_node_keys: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         self._rule_ranks: dict[tuple[Any, ...], int] = defaultdict(int)

@@ -2,18 +2,21 @@
 
 Checks: ``id-matches-filename``, ``kind-matches-directory``, ``event-known``,
 ``finding-known``, ``examples-required``, ``replaced-by-known``,
-``template-fields``. ``sattr rules lint`` and the test suite run the same list.
+``template-fields``, ``regex-backtracking`` (a warning). ``sattr rules lint`` and the test suite
+run the same list.
 """
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from attribution.errors import Location
 from attribution.model import RuleStatus
-from attribution.rules.loader import RuleSet
+from attribution.rules.loader import CompiledExtractor, RuleSet
 from attribution.rules.schema import (
     CorrelationRule,
     DiagnosisRule,
@@ -185,11 +188,91 @@ def check_templates(ruleset: RuleSet) -> list[Issue]:
     return issues
 
 
+# a group that repeats something already repeated: (a+)+, (\w*)*, (x+|y)+ ...
+_NESTED = re.compile(r"\((?:\?[:P]?(?:<\w+>)?)?(?:[^()\\]|\\.)*[+*}]\)[+*]")
+# an unbounded wildcard: .* .+ .*? .+? (not [^x]* and not .{0,N})
+_WILD = re.compile(r"(?<!\\)\.[+*]")
+
+
+def _branches(pattern: str) -> list[str]:
+    """The top-level alternatives of a pattern (``a.*b|c.*d`` has two)."""
+    out, depth, start, escaped, in_class = [], 0, 0, False, False
+    for i, ch in enumerate(pattern):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            out.append(pattern[start:i])
+            start = i + 1
+    out.append(pattern[start:])
+    return out
+
+
+_FILLERS = ("a", " ", ",", "a ", "a,", "=,", ": ", "0.", "\t")
+
+
+def _slowest(ex: CompiledExtractor, length: int = 6000, budget: float = 0.2) -> float:
+    """Seconds the extractor's regex takes on the worst of some hostile lines: one of its
+    literals followed (directly or after a space) by a long run of a filler (capped at
+    ``budget``)."""
+    worst = 0.0
+    for literal in ex.literals[:4] or ("",):
+        for filler in _FILLERS:
+            for joint in ("", " "):
+                text = literal + joint + filler * (length // len(filler))
+                started = time.perf_counter()
+                try:
+                    ex.regex.search(text, timeout=budget)
+                except TimeoutError:
+                    return budget
+                worst = max(worst, time.perf_counter() - started)
+    return worst
+
+
+def check_regex(ruleset: RuleSet) -> list[Issue]:
+    """Patterns prone to catastrophic backtracking (warning). A pattern that looks risky (a
+    repeated group whose body is itself repeated, e.g. ``(a+)+``, or two unbounded ``.*`` in one
+    alternative) is timed on hostile lines; it is reported when one takes over 50 ms. Each line
+    gets a time budget at run time anyway, and a slow pattern loses the lines it runs out on."""
+    issues = []
+    for ex in ruleset.extractors:
+        pattern = ex.rule.match.regex
+        problem = None
+        risky = _NESTED.search(pattern) or any(
+            len(_WILD.findall(branch)) >= 2 for branch in _branches(pattern)
+        )
+        if risky and (took := _slowest(ex)) > 0.05:
+            problem = (
+                f"{took * 1000:.0f} ms on a 6,000-character line; bound repeated parts"
+                " ([^,]*, .{0,200}?) and avoid nested repeats such as (a+)+"
+            )
+        if problem:
+            issues.append(
+                Issue(
+                    "regex-backtracking",
+                    _loc(ruleset, ex.rule, "match", "regex"),
+                    f"the regex may backtrack badly on long lines: {problem}",
+                    error=False,
+                )
+            )
+    return issues
+
+
 CHECKS: dict[str, Callable[[RuleSet], list[Issue]]] = {
     "ids": check_ids,
     "references": check_references,
     "examples": check_examples,
     "templates": check_templates,
+    "regex": check_regex,
 }
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import regex as regex_module
 from pydantic import ValidationError
 
 from attribution import __version__
@@ -42,7 +43,7 @@ class CompiledExtractor:
     """An extractor ready to run: compiled regex, literals, field specs, table index."""
 
     rule: ExtractorRule
-    regex: re.Pattern[str]
+    regex: Any  # a compiled ``regex`` pattern (searched with a time budget)
     literals: tuple[str, ...]
     streams: frozenset[Stream]
     fields: dict[str, FieldSpec]
@@ -192,17 +193,20 @@ def compile_extractor(
         RuleErrors: bad regex, unnamed groups, unknown groups or unknown table.
     """
     errors: list[RuleError] = []
-    flags = re.IGNORECASE if rule.match.ignore_case else 0
+    flags = regex_module.V0 | (regex_module.IGNORECASE if rule.match.ignore_case else 0)
     if rule.match.continuation:
-        flags |= re.DOTALL
+        flags |= regex_module.DOTALL
     regex_line = lines.line_for(["match", "regex"])
     try:
-        regex = re.compile(rule.match.regex, flags)
-    except re.error as exc:
+        re.compile(rule.match.regex)  # the documented dialect is Python's re
+        regex = regex_module.compile(rule.match.regex, flags)
+    except (re.error, regex_module.error) as exc:
         raise RuleErrors(
             [
                 RuleError(
-                    f"invalid regex: {exc.msg} at position {exc.pos}", Location(path, regex_line)
+                    f"invalid regex: {getattr(exc, 'msg', exc)} at position"
+                    f" {getattr(exc, 'pos', '?')}",
+                    Location(path, regex_line),
                 )
             ]
         ) from None
