@@ -35,11 +35,34 @@ def zone(name: str | None) -> tzinfo:
         return UTC
 
 
+# log times outside these years are corrupt or hostile, never evidence: they count as untimed
+MIN_YEAR, MAX_YEAR = 1971, 2200
+
+
 def to_utc(value: datetime, tz: tzinfo = UTC) -> datetime:
-    """Attach ``tz`` to a naive datetime, then convert to UTC."""
+    """Attach ``tz`` to a naive datetime, then convert to UTC.
+
+    Raises:
+        OverflowError: for times at the very ends of the calendar (year 1, year 9999).
+    """
     if value.tzinfo is None:
         value = value.replace(tzinfo=tz)
     return value.astimezone(UTC)
+
+
+def plausible(value: datetime | None) -> datetime | None:
+    """``value`` when its year lies in [MIN_YEAR, MAX_YEAR], else None (an untimed line)."""
+    if value is None or not MIN_YEAR <= value.year <= MAX_YEAR:
+        return None
+    return value
+
+
+def shift(value: datetime, seconds: float) -> datetime | None:
+    """``value + seconds``, or None when that leaves the calendar (huge kernel uptimes)."""
+    try:
+        return plausible(value + timedelta(seconds=seconds))
+    except (OverflowError, ValueError):
+        return None
 
 
 def parse_iso(text: str, tz: tzinfo = UTC) -> datetime | None:
@@ -57,16 +80,15 @@ def parse_iso(text: str, tz: tzinfo = UTC) -> datetime | None:
     if len(candidate) > 5 and candidate[-5] in "+-" and candidate[-4:].isdigit():
         candidate = candidate[:-2] + ":" + candidate[-2:]
     try:
-        value = datetime.fromisoformat(candidate)
-    except ValueError:
+        return plausible(to_utc(datetime.fromisoformat(candidate), tz))
+    except (ValueError, OverflowError):
         return None
-    return to_utc(value, tz)
 
 
 def parse_epoch(text: str) -> datetime | None:
     """Parse seconds since the Unix epoch (``1700000000`` or ``1700000000.5``)."""
     try:
-        return datetime.fromtimestamp(float(text), UTC)
+        return plausible(datetime.fromtimestamp(float(text), UTC))
     except (ValueError, OverflowError, OSError):
         return None
 
@@ -109,9 +131,9 @@ def make_time(
         if year is None:
             year = infer_year(month, day, reference)
         value = datetime(year, month, day, int(hh), int(mm), int(ss), micro)
-    except ValueError:
+        return plausible(to_utc(value, tz))
+    except (ValueError, OverflowError):
         return None
-    return to_utc(value, tz)
 
 
 def parse_duration(value: str | float | int) -> float:
@@ -128,6 +150,6 @@ def parse_duration(value: str | float | int) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
-def boot_time_from(wall: datetime, uptime: float) -> datetime:
+def boot_time_from(wall: datetime, uptime: float) -> datetime | None:
     """The boot time implied by a line that carries both wall-clock time and uptime."""
-    return wall - timedelta(seconds=uptime)
+    return shift(wall, -uptime)

@@ -144,3 +144,44 @@ def test_known_boot_time_applies_only_after_the_last_boot_banner(tmp_path: Path)
     path.write_text("[  100.000000] " + XID)
     lines, _ = _read(spec, late)
     assert lines[0].time == boot + timedelta(seconds=100)
+
+
+def test_a_clock_set_ahead_at_boot_does_not_hide_the_window(tmp_path: Path) -> None:
+    """A node booted a day ahead, then NTP stepped the clock back: reading by time window
+    must not stop at the first "future" line and lose the XID inside the job."""
+    from datetime import UTC, datetime
+
+    path = tmp_path / "kern.log"
+    ahead = "".join(
+        f"2026-01-02T09:{i // 60:02d}:{i % 60:02d}+00:00 n1 kernel: boot message {i}\n"
+        for i in range(3000)
+    )
+    back = "2026-01-01T09:51:00+00:00 n1 systemd-timesyncd[1]: System clock time stepped back\n"
+    xid = "2026-01-01T10:30:00+00:00 n1 kernel: " + XID
+    path.write_text(ahead + back + xid)
+    window = (datetime(2026, 1, 1, 10, tzinfo=UTC), datetime(2026, 1, 1, 11, tzinfo=UTC))
+    ctx = ReadContext(reference=window[0], window=window, seek_threshold=0)
+    lines, cov = _read(SourceSpec(Stream.KERNEL, "n1", [path]), ctx)
+    assert any("Xid" in line.text for line in lines)
+    assert cov.reason is not None and "the clock went back" in cov.reason
+
+
+def test_times_off_the_calendar_are_untimed_not_fatal(tmp_path: Path) -> None:
+    """Year 1, year 9999 with an offset and a huge kernel uptime are corrupt stamps: the line
+    is kept untimed and the rest of the file is read."""
+    from datetime import UTC, datetime
+
+    path = tmp_path / "kern.log"
+    path.write_text(
+        "0001-01-01T00:00:00+09:00 n1 kernel: year one\n"
+        "9999-12-31T23:59:59-05:00 n1 kernel: year 9999\n"
+        "[99999999999999999999.000000] huge uptime\n"
+        "2026-01-01T10:30:00+00:00 n1 kernel: " + XID
+    )
+    ctx = ReadContext(
+        reference=datetime(2026, 1, 1, tzinfo=UTC),
+        boot_times={"n1": datetime(2026, 1, 1, tzinfo=UTC)},
+    )
+    lines, cov = _read(SourceSpec(Stream.KERNEL, "n1", [path]), ctx)
+    assert [line.time is None for line in lines] == [True, True, True, False]
+    assert cov.status is CoverageStatus.OK

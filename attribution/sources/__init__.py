@@ -28,7 +28,7 @@ import zstandard
 from attribution.errors import SourceError
 from attribution.hostlist import short_name
 from attribution.model import Coverage, CoverageStatus, LogLine, SourceRef, Stream
-from attribution.sources.prefix import parse_prefix
+from attribution.sources.prefix import Prefix, parse_prefix
 from attribution.sources.reader import (
     DEFAULT_MAX_LINE,
     LogHandle,
@@ -36,6 +36,7 @@ from attribution.sources.reader import (
     decode_line,
     open_log,
 )
+from attribution.timeutil import shift
 
 # file stem -> stream, for node directories of an evidence bundle
 NODE_FILE_STREAMS: dict[str, Stream] = {
@@ -181,6 +182,7 @@ class SourceReader:
         self.missing = not spec.paths
         self.uptime_only = 0  # kernel uptime stamps we could not turn into wall-clock time
         self.earlier_boot = 0  # uptime-only lines of a boot that ended before the job window
+        self.odd_prefixes = 0  # lines whose prefix could not be parsed (read as plain text)
         self.bytes_on_disk = 0
 
     # ------------------------------------------------------------------ public
@@ -225,6 +227,8 @@ class SourceReader:
             reasons.append(f"{truncated} over-long line(s) cut at {self.ctx.max_line} bytes")
         if binary:
             reasons.append(f"{binary} line(s) with NUL bytes")
+        if self.odd_prefixes:
+            reasons.append(f"{self.odd_prefixes} line(s) with an unreadable prefix read as text")
         if self.earlier_boot:
             reasons.append(
                 f"{self.earlier_boot} line(s) from a boot before the node's last one (which began"
@@ -398,8 +402,47 @@ class SourceReader:
             if stop is not None:
                 last = _last_stamp(block, ctx)
                 if last is not None and last > stop:
-                    self.notes.append(f"{shown}: stopped at byte {offset}, past the job window")
-                    return
+                    back = self._clock_goes_back(handle, offset, stop)
+                    if back is None:
+                        self.notes.append(f"{shown}: stopped at byte {offset}, past the job window")
+                        return
+                    # a clock set ahead (a node booted with a wrong RTC, then NTP stepped it
+                    # back): later lines are inside the window after all; read on to the end
+                    self.notes.append(
+                        f"{shown}: the clock went back after byte {offset} (lines stamped"
+                        f" {last:%Y-%m-%d %H:%M}Z, later {back:%Y-%m-%d %H:%M}Z); read to the end"
+                    )
+                    stop = None
+
+    def _clock_goes_back(
+        self, handle: LogHandle, offset: int, stop: datetime, probes: int = 16
+    ) -> datetime | None:
+        """A time at or before ``stop`` found later in the file (evenly spaced probes), or
+        None. Only plain files can be probed without reading them."""
+        if not isinstance(handle, io.FileIO):
+            return None
+        try:
+            size = os.fstat(handle.fileno()).st_size
+        except OSError:
+            return None
+        if size <= offset:
+            return None
+        step = max(PROBE, (size - offset) // probes)
+        starts = [*range(offset + step // 2, size, step), max(offset, size - 4 * PROBE)]
+        for at in starts:
+            try:
+                data = os.pread(handle.fileno(), 4 * PROBE, at)
+            except OSError:
+                return None
+            for line in data.split(b"\n")[1:-1]:  # whole lines only
+                p = parse_prefix(
+                    decode_line(line[: self.ctx.max_line]),
+                    tz=self.ctx.tz,
+                    reference=self.ctx.reference,
+                )
+                if p.time is not None and p.time <= stop:
+                    return p.time
+        return None
 
     def _pick(
         self, block: bytes, selector: LineSelector, follow: int, owed: int, head_left: int
@@ -489,7 +532,11 @@ class SourceReader:
             raw = decode_line(item.data)
             if not raw.strip():
                 continue
-            p = parse_prefix(raw, tz=ctx.tz, reference=ctx.reference)
+            try:
+                p = parse_prefix(raw, tz=ctx.tz, reference=ctx.reference)
+            except Exception:  # a prefix we cannot read must not lose the rest of the file
+                self.odd_prefixes += 1
+                p = Prefix(text=raw)
             when = clock.place(p.time, p.uptime, p.text)
             if when is None and p.uptime is not None and item.emit:
                 if clock.before_job(ctx.reference, ctx.tolerance):
@@ -561,10 +608,10 @@ class _Clock:
                     self.boot = self.known_boot
         self.last_uptime = uptime
         if wall is not None:
-            self.boot = wall - timedelta(seconds=uptime)
+            self.boot = shift(wall, -uptime)
             return wall
         if self.boot is not None:
-            return self.boot + timedelta(seconds=uptime)
+            return shift(self.boot, uptime)
         return None
 
 
@@ -648,7 +695,10 @@ def read_sources(
 
         def chain() -> Iterator[LogLine]:
             for reader in readers:
-                yield from reader.lines()
+                try:
+                    yield from reader.lines()
+                except Exception as exc:  # a reader must never take the whole read down
+                    reader.errors.append(f"reader failed: {exc}")
 
         return readers, chain()
     return readers, _read_ahead(readers, workers, queue_lines)

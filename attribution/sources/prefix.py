@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, tzinfo
 
-from attribution.timeutil import MONTHS, make_time, parse_iso
+from attribution.timeutil import MONTHS, make_time, parse_iso, plausible, shift
 
 _ISO = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
 
@@ -120,6 +120,7 @@ def parse_prefix(
 
 
 def _set_time(out: Prefix, value: datetime | None) -> None:
+    value = plausible(value)
     if value is not None and out.time is None:
         out.time = value
 
@@ -255,6 +256,6 @@ def _glog_time(m: re.Match[str], tz: tzinfo, ref: datetime | None) -> datetime |
     return make_time(None, month, day, m.group("clock"), tz, ref)
 
 
-def uptime_to_wall(boot: datetime, uptime: float) -> datetime:
-    """Wall-clock UTC time of a kernel stamp, given the boot time."""
-    return boot + timedelta(seconds=uptime)
+def uptime_to_wall(boot: datetime, uptime: float) -> datetime | None:
+    """Wall-clock UTC time of a kernel stamp, given the boot time (None off the calendar)."""
+    return shift(boot, uptime)
