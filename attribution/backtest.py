@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attribution.model import CAUSE_DOMAINS, SubDomain, Verdict
+from attribution.model import CAUSE_DOMAINS, SubDomain, TerminalState, Verdict
 
 SCORES = ("exact", "acceptable", "ambiguous", "unattributed", "wrong")
 CLASSES = [d.value for d in CAUSE_DOMAINS] + ["ambiguous", "unattributed", "none"]
@@ -41,8 +41,41 @@ class CaseResult:
     error: str | None = None
 
 
+_DOMAINS = frozenset(s.value for s in SubDomain)
+_TERMINALS = frozenset(t.value for t in TerminalState)
+
+
+def check_expected(expected: Any) -> list[str]:
+    """Problems with an expected.yaml's values (an unknown sub_domain, a wrong type)."""
+    if not isinstance(expected, dict):
+        return ["expected.yaml must be a mapping"]
+    problems = []
+    domains = [expected.get("sub_domain")]
+    acceptable = expected.get("acceptable_sub_domains") or []
+    if not isinstance(acceptable, list):
+        problems.append("acceptable_sub_domains must be a list")
+        acceptable = []
+    for value in [*domains, *acceptable]:
+        if value is not None and _normalise_domain(value) not in _DOMAINS:
+            problems.append(f"unknown sub_domain {value!r} (one of {', '.join(sorted(_DOMAINS))})")
+    term = expected.get("terminal_state")
+    if term is not None and str(term) not in _TERMINALS:
+        problems.append(f"unknown terminal_state {term!r}")
+    nodes = expected.get("responsible_nodes")
+    if nodes is not None and not isinstance(nodes, list):
+        problems.append("responsible_nodes must be a list")
+    return problems
+
+
 def score_case(name: str, path: str, expected: dict[str, Any], verdict: Verdict) -> CaseResult:
-    """Compare one verdict with its expectation."""
+    """Compare one verdict with its expectation.
+
+    Raises:
+        ValueError: the expectation is malformed (see ``check_expected``).
+    """
+    problems = check_expected(expected)
+    if problems:
+        raise ValueError("expected.yaml: " + "; ".join(problems))
     exp_sd = expected.get("sub_domain")
     exp_sd = _normalise_domain(exp_sd)
     acceptable = {_normalise_domain(s) for s in expected.get("acceptable_sub_domains") or []}
@@ -103,7 +136,9 @@ class Report:
         return {s: found.get(s, 0) for s in SCORES}
 
     def rate(self, *scores: str) -> float:
-        n = len(self.scored)
+        """The share of all cases with one of ``scores``; a case that could not be diagnosed
+        or scored counts against every rate."""
+        n = len(self.cases)
         return sum(1 for c in self.scored if c.score in scores) / n if n else 0.0
 
     def verdict_share(self, sub_domain: str) -> float:

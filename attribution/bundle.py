@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,7 +44,9 @@ from attribution.sources import (
 
 # Streams every job node is expected to have; absent ones get a "missing" coverage entry.
 EXPECTED_NODE_STREAMS = (Stream.KERNEL, Stream.SYSLOG, Stream.FABRICMANAGER)
+MAX_RECORD_BYTES = 16 << 20  # a job.json is a few KiB; anything this large is not one
 _ROTATION = re.compile(r"\.(\d+)(?:\.(?:gz|zst|zstd))?$")
+_DATEEXT = re.compile(r"-(\d{4})-?(\d{2})-?(\d{2})(\d{2})?(?:\.log)?(?:\.(?:gz|zst|zstd))?$")
 
 
 @dataclass(slots=True)
@@ -56,28 +59,102 @@ class Bundle:
     expected: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     history: list[PriorGpuError] = field(default_factory=list)
+    expected_error: str | None = None  # why expected.yaml could not be used
 
 
 def _rotation_key(path: Path) -> tuple[str, int]:
+    """Oldest first: ``kern.log.2.gz``, ``kern.log.1``, ``kern.log``; dateext files
+    (``kern.log-20260101``) by their date, before the live file."""
+    dated = _DATEEXT.search(path.name)
+    if dated:
+        stamp = int("".join(dated.group(1, 2, 3)) + (dated.group(4) or "00"))
+        return (file_stem(path.name), stamp - 10**12)
     m = _ROTATION.search(path.name)
-    # higher rotation numbers are older: read them first
     return (file_stem(path.name), -(int(m.group(1)) if m else 0))
 
 
-def _files(directory: Path) -> list[Path]:
-    if not directory.is_dir():
-        return []
-    return sorted(
-        (p for p in directory.iterdir() if p.is_file() and not p.name.startswith(".")),
-        key=_rotation_key,
-    )
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _inside(root: Path, path: Path) -> bool:
+    """``path``, links resolved, lies inside the bundle: a bundle never reads beyond itself."""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False
+
+
+@dataclass(slots=True)
+class _Listing:
+    files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+
+def _entries(directory: Path, root: Path) -> tuple[list[Path], str | None]:
+    """The visible entries of a bundle directory, sorted, or why it cannot be listed
+    (absent is not a problem: that source is just missing)."""
+    shown = _display(root, directory) + "/"
+    if not directory.exists() and not directory.is_symlink():
+        return [], None
+    if not directory.is_dir() or not _inside(root, directory):
+        return [], f"{shown}: not a directory inside the bundle, not read"
+    try:
+        return sorted(p for p in directory.iterdir() if not p.name.startswith(".")), None
+    except OSError as exc:
+        return [], f"{shown}: cannot list: {exc.strerror or exc}"
+
+
+def _files(directory: Path, root: Path) -> _Listing:
+    """The regular files of a bundle directory (oldest rotation first), and what was left
+    out: links that leave the bundle, FIFOs, sockets, subdirectories, hidden files."""
+    out = _Listing()
+    entries, out.problem = _entries(directory, root)
+    for entry in entries:
+        name = _display(root, entry)
+        try:
+            if entry.is_symlink() and not _inside(root, entry):
+                out.notes.append(f"{name}: a link out of the bundle, not followed")
+            elif entry.is_file():
+                out.files.append(entry)
+            elif not entry.is_dir():
+                out.notes.append(f"{name}: not a regular file, not read")
+        except OSError as exc:
+            out.notes.append(f"{name}: {exc.strerror or exc}")
+    out.files.sort(key=_rotation_key)
+    return out
+
+
+def _contained(root: Path, path: Path) -> Path:
+    """``path`` when it (links resolved) stays inside the bundle.
+
+    Raises:
+        BundleError: a link that leads out of the bundle.
+    """
+    if path.is_symlink() and not _inside(root, path):
+        raise BundleError("a link out of the bundle, not followed", Location(str(path)))
+    return path
+
+
+def _nodes(nodes_dir: Path, root: Path) -> _Listing:
+    """The node directories of a bundle (``files`` holds the directories here)."""
+    out = _Listing()
+    entries, out.problem = _entries(nodes_dir, root)
+    for entry in entries:
+        if not _NODE_NAME.fullmatch(entry.name):
+            out.notes.append(f"{_display(root, entry)}: not a host name, not read")
+        elif entry.is_dir():
+            out.files.append(entry)
+    return out
 
 
 def _display(bundle: Path, path: Path) -> str:
+    """A path as shown in coverage: relative to the bundle, undecodable bytes escaped."""
     try:
-        return str(path.relative_to(bundle))
+        text = str(path.relative_to(bundle))
     except ValueError:
-        return str(path)
+        text = str(path)
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def read_job(path: Path) -> JobRecord:
@@ -88,7 +165,13 @@ def read_job(path: Path) -> JobRecord:
     """
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise BundleError("not a regular file", Location(source))
+        if path.stat().st_size > MAX_RECORD_BYTES:
+            raise BundleError(
+                f"larger than {MAX_RECORD_BYTES >> 20} MiB; not a job record", Location(source)
+            )
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise BundleError(
             "missing: a bundle needs a job record (see docs/bundles.md)", Location(source)
@@ -99,6 +182,8 @@ def read_job(path: Path) -> JobRecord:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BundleError(f"invalid JSON: {exc.msg}", Location(source, exc.lineno)) from None
+    except RecursionError:
+        raise BundleError("invalid JSON: nested too deeply", Location(source)) from None
     return job_from_dict(data, source)
 
 
@@ -129,13 +214,14 @@ def load_bundle(path: Path | str) -> Bundle:
     root = Path(path)
     if not root.is_dir():
         raise BundleError("not a bundle directory", Location(str(root)))
-    job = read_job(root / "job.json")
+    job = read_job(_contained(root, root / "job.json"))
     specs: list[SourceSpec] = []
     notes: list[str] = []
 
     # job output
+    listing = _files(root / "job", root)
     by_stream: dict[Stream, list[Path]] = {Stream.JOB_STDOUT: [], Stream.JOB_STDERR: []}
-    for file in _files(root / "job"):
+    for file in listing.files:
         by_stream[job_stream_for(file.name)].append(file)
     for stream, paths in by_stream.items():
         specs.append(
@@ -144,25 +230,40 @@ def load_bundle(path: Path | str) -> Bundle:
                 node=None,
                 paths=paths,
                 display=[_display(root, p) for p in paths],
+                notes=listing.notes if stream is Stream.JOB_STDOUT else [],
+                problem=listing.problem if not paths else None,
             )
         )
 
     # node logs
     nodes_dir = root / "nodes"
-    seen_nodes = (
-        sorted(p.name for p in nodes_dir.iterdir() if p.is_dir()) if nodes_dir.is_dir() else []
-    )
+    node_listing = _nodes(nodes_dir, root)
+    notes.extend(node_listing.notes)
+    seen_nodes = [p.name for p in node_listing.files]
     all_nodes = list(job.nodes) + [n for n in seen_nodes if n not in job.nodes]
     for node in all_nodes:
         grouped: dict[Stream, list[Path]] = {}
-        for file in _files(nodes_dir / node):
+        if _NODE_NAME.fullmatch(node):
+            listing = _files(nodes_dir / node, root)
+        else:  # a job record's node name must never become a path ("../x", "/etc")
+            listing = _Listing(problem=f"node name {node!r} is not a host name; its logs not read")
+        if node_listing.problem and not listing.problem:
+            listing.problem = node_listing.problem
+        left_out = list(listing.notes)
+        for file in listing.files:
             kind = node_stream_for(file.name)
             if kind is None:
-                notes.append(f"{_display(root, file)}: unknown log name, not read")
+                left_out.append(f"{_display(root, file)}: unknown log name, not read")
                 continue
             grouped.setdefault(kind, []).append(file)
-        for stream in EXPECTED_NODE_STREAMS:
-            grouped.setdefault(stream, [])
+        if node in job.nodes or listing.problem:
+            for stream in EXPECTED_NODE_STREAMS:
+                grouped.setdefault(stream, [])
+        elif not grouped:  # a directory for a node outside the job, with nothing to read
+            notes.extend(left_out)
+            continue
+        elif Stream.KERNEL not in grouped:
+            grouped[Stream.KERNEL] = []
         for stream, paths in grouped.items():
             specs.append(
                 SourceSpec(
@@ -170,11 +271,17 @@ def load_bundle(path: Path | str) -> Bundle:
                     node=node,
                     paths=paths,
                     display=[_display(root, p) for p in paths],
+                    notes=left_out if stream is Stream.KERNEL else [],
+                    problem=listing.problem if not paths else None,
                 )
             )
 
     # controller log
-    ctld = [p for p in (root / "slurmctld.log", root / "slurm" / "slurmctld.log") if p.is_file()]
+    ctld = [
+        p
+        for p in (root / "slurmctld.log", root / "slurm" / "slurmctld.log")
+        if p.is_file() and _inside(root, p)
+    ]
     if ctld:
         specs.append(
             SourceSpec(
@@ -184,13 +291,26 @@ def load_bundle(path: Path | str) -> Bundle:
                 display=[_display(root, p) for p in ctld],
             )
         )
-    expected = read_expected(root / "expected.yaml")
+    expected: dict[str, Any] | None = None
+    expected_error: str | None = None
+    try:  # diagnosing does not need the answer: a broken expected.yaml is kept as a note
+        expected = read_expected(_contained(root, root / "expected.yaml"))
+    except BundleError as exc:
+        expected_error = str(exc)
     history: list[PriorGpuError] = []
     for name in ("history.yaml", "history.json"):
         if (root / name).is_file():
-            history = read_history_file(root / name)
+            history = read_history_file(_contained(root, root / name))
             break
-    return Bundle(path=root, job=job, specs=specs, expected=expected, notes=notes, history=history)
+    return Bundle(
+        path=root,
+        job=job,
+        specs=specs,
+        expected=expected,
+        notes=notes,
+        history=history,
+        expected_error=expected_error,
+    )
 
 
 def diagnose_bundle(

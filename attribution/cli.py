@@ -8,6 +8,7 @@ one-line error on stderr; 2 for usage errors.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -90,6 +91,13 @@ def main() -> None:
 # --------------------------------------------------------------------- diagnose
 
 
+def _finite(value: float | None) -> float | None:
+    """Refuse NaN, which every range check lets through."""
+    if value is not None and math.isnan(value):
+        raise click.BadParameter("not a number")
+    return value
+
+
 @main.command()
 @click.argument("bundle", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one verdict object as JSON.")
@@ -97,7 +105,11 @@ def main() -> None:
     "-v", "--verbose", is_flag=True, help="Show examples, ignored signals and full coverage."
 )
 @click.option(
-    "--margin", type=float, default=None, help="Seconds added before and after the job window."
+    "--margin",
+    type=click.FloatRange(0, 30 * 86400),
+    callback=lambda _ctx, _param, v: _finite(v),
+    default=None,
+    help="Seconds added before and after the job window (0 to 30 days).",
 )
 @rules_option
 def diagnose(
@@ -116,9 +128,11 @@ def diagnose(
         else AnalysisOptions(margin_before=margin, margin_after=margin)
     )
     try:
-        _, verdict = diagnose_bundle(bundle, ruleset, options=options)
+        loaded, verdict = diagnose_bundle(bundle, ruleset, options=options)
     except AttributionError as exc:
         fail(str(exc))
+    for note in loaded.notes:
+        click.echo(f"sattr: note: {note}", err=True)
     if as_json:
         _emit_json(verdict_to_dict(verdict))
     else:
@@ -159,8 +173,11 @@ def backtest(
             expected = read_expected(path / "expected.yaml") or {}
             _, verdict = diagnose_bundle(path, ruleset)
             report.cases.append(score_case(path.name, str(path), expected, verdict))
-        except AttributionError as exc:
+        except (AttributionError, ValueError) as exc:
             report.cases.append(error_result(path.name, str(path), None, str(exc)))
+        except Exception as exc:  # one broken case must not lose the others' results
+            message = f"internal error ({type(exc).__name__}: {exc}); please report it"
+            report.cases.append(error_result(path.name, str(path), None, message))
     if as_json:
         _emit_json(report.to_dict())
     else:
@@ -204,7 +221,11 @@ def demo(db: str | None, as_json: bool, rule_dirs: tuple[str, ...]) -> None:
     report = Report()
     verdicts = []
     failed: list[str] = []
-    with Store(path) as store:
+    try:
+        store = Store(path)
+    except AttributionError as exc:
+        fail(str(exc))
+    with store:
         for bundle in bundles:
             try:
                 loaded, verdict = diagnose_bundle(bundle, ruleset)

@@ -148,32 +148,104 @@ class Refused(Exception):
     """A job output file that must not be read; the message is the coverage reason."""
 
 
+def _groups_of(uid: int) -> set[int]:
+    """The uid's primary and supplementary groups (empty when the user is unknown)."""
+    try:
+        entry = pwd.getpwuid(uid)
+    except KeyError:
+        return set()
+    try:
+        return set(os.getgrouplist(entry.pw_name, entry.pw_gid))
+    except OSError:
+        return {entry.pw_gid}
+
+
+def _may(uid: int, groups: set[int], info: os.stat_result, bits: tuple[int, int, int]) -> bool:
+    """Would ``uid`` pass the permission bits (owner, group, other) of ``info``? Root may."""
+    if uid == 0:
+        return True
+    if info.st_uid == uid:
+        return bool(info.st_mode & bits[0])
+    if info.st_gid in groups:
+        return bool(info.st_mode & bits[1])
+    return bool(info.st_mode & bits[2])
+
+
+_SEARCH = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
+_READ = (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
+
+
+def _open_as_seen_by(path: str, uid: int) -> int:
+    """Open ``path`` for reading only if ``uid`` could: the file itself is not a symbolic
+    link, every directory on its real path (links such as /home -> /gpfs/home resolved) must
+    be searchable by ``uid``, and the directories are then opened one by one without
+    following links (``O_NOFOLLOW``), so a link swapped in after the check cannot lead
+    elsewhere. Returns the open descriptor.
+
+    Raises:
+        Refused: the reason, for a missing file, a denied step or any OS error.
+    """
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise Refused("is a symbolic link; not followed")
+    except FileNotFoundError:
+        raise Refused("file does not exist") from None
+    except OSError as exc:
+        raise Refused(f"cannot open: {exc.strerror}") from None
+    real = os.path.realpath(path)
+    parts = [p for p in real.split(os.sep) if p]
+    if not parts:
+        raise Refused("not a regular file")
+    groups = _groups_of(uid)
+    dir_flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(os.sep, dir_flags)
+    except OSError as exc:
+        raise Refused(f"cannot open: {exc.strerror}") from None
+    try:
+        where = ""
+        for name in parts[:-1]:
+            if not _may(uid, groups, os.fstat(fd), _SEARCH):
+                raise Refused(f"the job's user (uid {uid}) cannot enter {where or '/'}")
+            where = f"{where}/{name}"
+            nxt = os.open(name, dir_flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        if not _may(uid, groups, os.fstat(fd), _SEARCH):
+            raise Refused(f"the job's user (uid {uid}) cannot enter {where or '/'}")
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        return os.open(parts[-1], flags, dir_fd=fd)
+    except FileNotFoundError:
+        raise Refused("file does not exist") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link appeared on the way: not followed
+            raise Refused("a symbolic link on its path changed; not followed") from None
+        raise Refused(f"cannot open: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
 def copy_job_output(path: str, uid: int, max_bytes: int, dest: Path) -> int:
     """Copy the last ``max_bytes`` of the job output file ``path`` to ``dest``.
 
-    The file is opened with ``O_NOFOLLOW | O_NONBLOCK`` (a symbolic link or a
-    FIFO cannot make us read elsewhere or block), then checked on the open
-    descriptor: a regular file, owned by ``uid``, not gzip/zstd compressed.
-    Returns the number of bytes copied.
+    Read only what the job's user could read: the path's directories must be searchable and
+    the file readable by ``uid`` (``_open_as_seen_by``; links on the way are resolved first,
+    then every step is opened without following links, and a FIFO cannot block the open).
+    Checked on the open descriptor: a regular file, owned by ``uid``, not gzip/zstd
+    compressed. Returns the number of bytes copied.
 
     Raises:
         Refused: with the reason, for any check that fails or any OS error.
     """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise Refused("file does not exist") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # the last component is a symbolic link
-            raise Refused("is a symbolic link; not followed") from None
-        raise Refused(f"cannot open: {exc.strerror}") from None
+    fd = _open_as_seen_by(path, uid)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise Refused("not a regular file")
         if info.st_uid != uid:
             raise Refused(f"owned by uid {info.st_uid}, not by the job's user (uid {uid})")
+        if not _may(uid, _groups_of(uid), info, _READ):
+            raise Refused(f"not readable by the job's user (uid {uid})")
         head = os.pread(fd, 4, 0)
         if head.startswith(GZIP_MAGIC) or head.startswith(ZSTD_MAGIC):
             raise Refused("compressed job output is not read")

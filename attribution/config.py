@@ -56,9 +56,12 @@ def _check_template(template: str) -> str:
     if not template.startswith("/"):
         raise ValueError(f"{template!r}: a path template must be absolute")
     try:
-        names = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template)]
     except ValueError as exc:
         raise ValueError(f"{template!r}: {exc}") from None
+    names = {f for f, _, _ in fields if f is not None}
+    if any(f is not None and (spec or conv) for f, spec, conv in fields):
+        raise ValueError(f"{template!r}: placeholders take no format spec or conversion")
     unknown = names - PLACEHOLDERS
     if unknown:
         first = sorted(unknown)[0]

@@ -163,14 +163,27 @@ def priors_from_verdict_rows(rows: Iterable[Mapping[str, Any]]) -> list[PriorGpu
     return out
 
 
+MAX_HISTORY_BYTES = 8 << 20  # about 40,000 entries
+
+
 def read_history_file(path: Path) -> list[PriorGpuError]:
     """Read a bundle's ``history.yaml`` (or ``history.json``): a list of earlier GPU errors,
     each with ``job``, ``node``, ``device``, ``code`` and optionally ``user``, ``name``,
     ``xid_class``, ``unit`` and ``at`` (ISO 8601, UTC unless an offset is given).
 
     Raises:
-        BundleError: the file is not a list of such mappings (names file and line).
+        BundleError: the file is not a list of such mappings (names file and line), or is
+            larger than ``MAX_HISTORY_BYTES``.
     """
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise BundleError(f"cannot read: {exc.strerror or exc}", Location(str(path))) from None
+    if size > MAX_HISTORY_BYTES:
+        raise BundleError(
+            f"larger than {MAX_HISTORY_BYTES >> 20} MiB; keep the last weeks of GPU errors only",
+            Location(str(path)),
+        )
     try:
         data, lines = load_yaml_file(path)
     except RuleError as exc:

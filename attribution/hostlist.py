@@ -18,6 +18,9 @@ class HostlistError(AttributionError):
     """A node list that ClusterShell cannot parse."""
 
 
+MAX_NODES = 200_000  # far beyond any Slurm cluster; guards against hostile node lists
+
+
 def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
     """Expand a Slurm hostlist (or a list of them) into node names, in Slurm's order.
 
@@ -25,7 +28,7 @@ def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
     ``None``, ``""`` and ``"None assigned"`` (sacct for never-started jobs) give ``()``.
 
     Raises:
-        HostlistError: when the expression is malformed.
+        HostlistError: when the expression is malformed or names more than MAX_NODES nodes.
     """
     if nodelist is None:
         return ()
@@ -37,7 +40,10 @@ def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
         if not part or part.lower() in {"none", "none assigned", "(null)"}:
             continue
         try:
-            names = list(NodeSet(part, resolver=RESOLVER_NOGROUP))
+            nodeset = NodeSet(part, resolver=RESOLVER_NOGROUP)
+            if len(nodeset) + len(out) > MAX_NODES:
+                raise HostlistError(f"node list {part[:80]!r} names more than {MAX_NODES:,} nodes")
+            names = list(nodeset)
         except (NodeSetParseError, RangeSetParseError, ValueError) as exc:
             raise HostlistError(f"invalid node list {part!r}: {exc}") from None
         for name in names:

@@ -8,6 +8,7 @@ Naive times are read in the record's ``timezone`` (default UTC).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -86,6 +87,18 @@ def parse_state(value: Any) -> tuple[str | None, str | None]:
     return state, by
 
 
+def _time_field(
+    data: Mapping[str, Any], key: str, tz_name: str | None, bad: Any
+) -> datetime | None:
+    value = _get(data, key)
+    if value is None:
+        return None
+    when = parse_time(value, tz_name)
+    if when is None:
+        raise bad(key, f"not a time: {value!r} (ISO 8601 such as 2026-01-01T10:00:00)")
+    return when
+
+
 def _time_limit(value: Any) -> int | None:
     """sacct Timelimit (``[D-]HH:MM:SS``, ``MM``) or seconds -> seconds."""
     if value is None:
@@ -110,43 +123,83 @@ def _time_limit(value: Any) -> int | None:
     return days * 86400 + h * 3600 + m * 60 + s
 
 
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+_SCALARS = (str, int, float)
+
+
+def _clean(value: Any) -> str:
+    """Text safe to store and print: lone surrogates (invalid Unicode) become U+FFFD."""
+    return str(value).encode("utf-8", "replace").decode("utf-8")
+
+
 def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecord:
-    """Build a ``JobRecord``.
+    """Build a ``JobRecord``, checking every field it uses.
 
     Raises:
-        BundleError: when ``job_id`` is missing or the node list cannot be parsed.
+        BundleError: a missing ``job_id``; a field of the wrong type; a node list that cannot
+            be parsed, names something that is not a host name, or more than 200,000 nodes;
+            an unknown time zone; a time that cannot be read; an end before the start.
     """
     if not isinstance(data, Mapping):
         raise BundleError("job record must be a JSON object", Location(source))
+
+    def bad(key: str, why: str) -> BundleError:
+        return BundleError(f"{key}: {why}", Location(source))
+
+    for key in _ALIASES:
+        value = _get(data, key)
+        if key in ("node_addresses", "boot_times"):
+            if value is not None and not isinstance(value, Mapping):
+                raise bad(key, "must be a mapping of node -> value")
+        elif key == "nodes":
+            if value is not None and not isinstance(value, str | list):
+                raise bad(key, "must be a Slurm node list or a list of node names")
+        elif value is not None and (isinstance(value, bool) or not isinstance(value, _SCALARS)):
+            raise bad(key, f"must be text or a number, not {type(value).__name__}")
     job_id = _get(data, "job_id")
     if job_id is None:
         raise BundleError("job record has no job_id", Location(source))
     tz_name = _get(data, "timezone")
+    if tz_name is not None and zone(str(tz_name)) is UTC and str(tz_name).upper() != "UTC":
+        raise bad("timezone", f"unknown time zone {tz_name!r} (an IANA name such as Europe/Berlin)")
     state, cancelled_by = parse_state(_get(data, "state"))
     raw_nodes = _get(data, "nodes")
+    if isinstance(raw_nodes, list) and not all(isinstance(n, str) for n in raw_nodes):
+        raise bad("nodes", "a list of nodes must hold node names (text)")
     try:
-        nodes = expand(
-            raw_nodes if not isinstance(raw_nodes, list) else [str(n) for n in raw_nodes]
-        )
+        nodes = expand(raw_nodes)
     except HostlistError as exc:
         raise BundleError(exc.message, Location(source)) from None
+    odd = [n for n in nodes if not _HOST.fullmatch(n)]
+    if odd:
+        raise bad("nodes", f"{odd[0][:80]!r} is not a host name")
     addresses: dict[str, tuple[str, ...]] = {}
     for node, value in (_get(data, "node_addresses") or {}).items():
-        addresses[str(node)] = tuple(value) if isinstance(value, list) else (str(value),)
+        addresses[_clean(node)] = (
+            tuple(_clean(v) for v in value) if isinstance(value, list) else (_clean(value),)
+        )
     boots: dict[str, datetime] = {}
     for node, value in (_get(data, "boot_times") or {}).items():
         when = parse_time(value, tz_name)
-        if when is not None:
-            boots[str(node)] = when
+        if when is None:
+            raise bad(f"boot_times.{node}", f"not a time: {value!r}")
+        boots[_clean(node)] = when
+    start, end = (_time_field(data, key, tz_name, bad) for key in ("start", "end"))
+    if start is not None and end is not None and end < start:
+        raise bad("end", f"{end:%Y-%m-%dT%H:%M:%S}Z is before start {start:%Y-%m-%dT%H:%M:%S}Z")
     uid = _get(data, "uid")
     restart = _get(data, "restart_count")
+    try:
+        limit = _time_limit(_get(data, "time_limit"))
+    except (ValueError, OverflowError):
+        raise bad("time_limit", f"not a time limit: {_get(data, 'time_limit')!r}") from None
 
     def text(key: str) -> str | None:
         value = _get(data, key)
-        return None if value is None else str(value)
+        return None if value is None else _clean(value)
 
     return JobRecord(
-        job_id=str(job_id),
+        job_id=_clean(job_id),
         cluster=text("cluster"),
         sluid=text("sluid"),
         array_job_id=text("array_job_id"),
@@ -164,9 +217,9 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
         derived_exit_code=text("derived_exit_code"),
         nodes=nodes,
         nodelist=compress(nodes),
-        start=parse_time(_get(data, "start"), tz_name),
-        end=parse_time(_get(data, "end"), tz_name),
-        time_limit=_time_limit(_get(data, "time_limit")),
+        start=start,
+        end=end,
+        time_limit=limit,
         work_dir=text("work_dir"),
         std_out=text("std_out"),
         std_err=text("std_err"),

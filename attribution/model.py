@@ -273,6 +273,7 @@ class LogLine:
     pid: int | None = None
     device: str | None = None
     task: int | None = None
+    ident: str | None = None  # the syslog program name (``kernel``, ``systemd``), when given
 
 
 @dataclass(slots=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -55,8 +58,37 @@ def _nodes(nodes: Sequence[str], limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# C0 controls but tab and newline, DEL and C1 controls: evidence is text written by others
+# (job output, job names), and an escape sequence in it must not drive the operator's terminal
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe_text(text: str) -> str:
+    """``text`` with terminal control characters shown as ``\\xNN`` instead of acting."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _scrub(value: Any) -> Any:
+    """A copy of a verdict (dataclasses, lists, dicts) with every string made ``safe_text``."""
+    if isinstance(value, enum.Enum):
+        return value
+    if isinstance(value, str):
+        return safe_text(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _scrub(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, tuple):
+        return tuple(_scrub(v) for v in value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    return value
+
+
 def verdict_view(verdict: Verdict, *, verbose: bool = False) -> RenderableType:
     """The human view: the verdict on top, the symptom chain below, then coverage."""
+    verdict = _scrub(verdict)
     job = verdict.job
     head = Text()
     head.append(f"Job {job.display_id}", style="bold")
@@ -207,6 +239,7 @@ def coverage_view(verdict: Verdict, *, verbose: bool = False) -> RenderableType:
 
 
 def backtest_view(report: Report) -> RenderableType:
+    report = _scrub(report)
     table = Table(title="Cases", title_justify="left", box=None, pad_edge=False)
     for col in ("case", "expected", "got", "score", "nodes", "cause"):
         table.add_column(col)
@@ -293,6 +326,7 @@ def confusion_view(confusion: dict[str, dict[str, int]]) -> Table:
 
 
 def list_view(rows: Sequence[dict[str, Any]]) -> Table:
+    rows = _scrub(list(rows))
     table = Table(box=None, pad_edge=False)
     for col in ("job", "user", "end (UTC)", "state", "terminal", "sub_domain", "cause", "nodes"):
         table.add_column(col)

@@ -3437,22 +3437,40 @@ def load_scenarios(path: Path | str) -> list[Scenario]:
     Raises:
         ValueError: on YAML or validation errors (the message names the file).
     """
+    from pydantic import ValidationError
+
+    from attribution._yaml import load_yaml_file
+    from attribution.errors import RuleError
+
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{p}: {exc}") from None
+        data, lines = load_yaml_file(p)
+    except RuleError as exc:
+        raise ValueError(str(exc)) from None
+    prefix: tuple[str | int, ...] = ()
     if isinstance(data, dict) and "scenarios" in data:
-        data = data["scenarios"]
-    items = data if isinstance(data, list) else [data]
+        data, prefix = data["scenarios"], ("scenarios",)
+    items: list[tuple[int | None, Any]]
+    if isinstance(data, list):
+        items = list(enumerate(data))
+    else:
+        items, prefix = [(None, data)], ()
     out = []
-    for i, item in enumerate(items):
+    for i, item in items:
+        at = prefix + ((i,) if i is not None else ())
+        where = f"{p}:{lines.line_for(list(at))}"
         if not isinstance(item, dict):
-            raise ValueError(f"{p}: scenario {i} is not a mapping")
+            raise ValueError(f"{where}: a scenario must be a mapping")
         try:
             out.append(Scenario.model_validate(item))
-        except Exception as exc:
-            raise ValueError(f"{p}: scenario {i}: {exc}") from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = list(at) + list(first["loc"])
+            field_name = ".".join(str(x) for x in first["loc"]) or "scenario"
+            raise ValueError(
+                f"{p}:{lines.line_for(loc)}: {field_name}: {first['msg']}"
+                + (f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else "")
+            ) from None
     return out
 
 

@@ -23,6 +23,8 @@ import errno
 import fcntl
 import json
 import os
+import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -78,6 +80,9 @@ class Pending:
     key: str
     spooled_at: float
     ready_at: float
+
+
+MAX_ENTRY_BYTES = 1 << 20  # a hook entry is the job's SLURM_* environment: a few KiB
 
 
 def _utc(epoch: float) -> str:
@@ -225,12 +230,27 @@ class Spool:
         except FileNotFoundError:
             return None
         try:
-            spooled_at = dst.stat().st_mtime
-            text = dst.read_bytes().decode("utf-8", errors="replace")
+            # O_NONBLOCK: a FIFO put in the spool must not hang the worker
+            fd = os.open(dst, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                info = os.fstat(fd)
+                problem = None
+                if not stat.S_ISREG(info.st_mode):
+                    problem = "not a regular file"
+                elif info.st_size > MAX_ENTRY_BYTES:
+                    problem = f"larger than {MAX_ENTRY_BYTES >> 10} KiB: not a hook entry"
+                data = b"" if problem else os.read(fd, MAX_ENTRY_BYTES + 1)
+            finally:
+                os.close(fd)
         except OSError as exc:
-            raise SpoolError(
-                f"cannot read entry: {exc.strerror or exc}", Location(str(dst))
-            ) from None
+            problem = f"cannot read entry: {exc.strerror or exc}"
+            info = None
+        if problem is not None:
+            self._quarantine(dst, key, problem)
+            return None
+        assert info is not None
+        spooled_at = info.st_mtime
+        text = data.decode("utf-8", errors="replace")
         state = self._retry_state(key)
         return Claimed(
             key=key,
@@ -240,6 +260,27 @@ class Spool:
             attempts=int(state.get("attempts", 0)),
             errors=[(float(t), str(m)) for t, m in state.get("errors", [])],
         )
+
+    def _quarantine(self, path: Path, key: str, problem: str) -> None:
+        """Move an entry the worker cannot use (a FIFO, a directory, a huge file) to
+        ``failed/`` with a readable ``.error``, so it never blocks or stops the worker."""
+        lines = [f"key: {key}", f"failed: {_utc(self.clock())}: {problem}", ""]
+        with contextlib.suppress(OSError):
+            self._write_atomic(self.dir("failed") / f"{key}.error", "\n".join(lines))
+        target = self.dir("failed") / key
+        try:
+            if target.exists() or target.is_symlink():
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                else:
+                    target.unlink()
+            os.replace(path, target)
+        except OSError:
+            with contextlib.suppress(OSError):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
 
     def ack(self, claimed: Claimed) -> None:
         """The entry is done: ``work/<key>`` -> ``done/<key>`` (its mtime set to now)."""

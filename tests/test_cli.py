@@ -90,6 +90,19 @@ def test_demo_writes_a_store_and_summarises(tmp_path: Path) -> None:
     assert "diagnose" in as_default.output
 
 
+def test_bad_option_values_are_one_line_errors(tmp_path: Path) -> None:
+    for margin in ("nan", "inf", "-1", "1e20"):
+        result = run("diagnose", "--margin", margin, str(SEED))
+        assert result.exit_code == 2 and "--margin" in result.output, (margin, result.output)
+    assert run("diagnose", "--margin", "0", str(SEED)).exit_code == 0
+    not_sqlite = tmp_path / "notes.sqlite"
+    not_sqlite.write_text("my notes, not a database\n")
+    result = run("demo", "--db", str(not_sqlite))
+    assert result.exit_code == 1
+    assert result.output.strip().startswith(f"sattr: error: {not_sqlite}")
+    assert not_sqlite.read_text() == "my notes, not a database\n"  # nothing lost
+
+
 def test_rules_lint_and_test_pass_on_shipped_rules() -> None:
     lint = run("rules", "lint")
     assert lint.exit_code == 0 and "0 error(s)" in lint.output

@@ -84,3 +84,14 @@ def test_bad_history_file_names_file_and_line(
         load_bundle(bundle)
     message = str(info.value)
     assert needle in message and f"history.yaml:{line}:" in message, message
+
+
+def test_an_oversized_history_file_is_refused_before_parsing(tmp_path: Path) -> None:
+    from attribution.history import MAX_HISTORY_BYTES, read_history_file
+
+    path = tmp_path / "history.yaml"
+    with path.open("wb") as fh:  # sparse: no need to write the bytes
+        fh.truncate(MAX_HISTORY_BYTES + 1)
+    with pytest.raises(BundleError, match="larger than 8 MiB") as info:
+        read_history_file(path)
+    assert str(info.value).startswith(str(path))

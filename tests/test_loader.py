@@ -97,6 +97,20 @@ def test_site_rules_extend_and_override(tmp_path: Path) -> None:
     assert replaced.digest != both.digest
 
 
+def test_one_id_twice_in_one_directory_is_an_error(tmp_path: Path) -> None:
+    """Overriding is for a later directory; two files with one id in the same directory
+    would silently lose one of them."""
+    site = tmp_path / "site"
+    for sub in ("a", "b"):
+        (site / sub).mkdir(parents=True)
+        (site / sub / "dup.yaml").write_text(GOOD_RULE.format(id="site-dup", word="boom"))
+    with pytest.raises(RuleErrors) as info:
+        load_ruleset([site], include_shipped=False)
+    (message,) = [str(e) for e in info.value.errors]
+    assert message.startswith(str(site / "b" / "dup.yaml"))
+    assert "already defined in" in message and str(site / "a" / "dup.yaml") in message
+
+
 def test_shipped_rules_lint_clean() -> None:
     issues = lint(load_ruleset())
     assert not issues, "\n".join(map(str, issues))

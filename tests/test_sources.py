@@ -6,7 +6,7 @@ import gzip
 import os
 from pathlib import Path
 
-import zstandard
+from backports import zstd
 
 from attribution.bundle import load_bundle
 from attribution.model import CoverageStatus, Stream
@@ -34,13 +34,70 @@ def test_plain_gzip_and_zstd_read_the_same(tmp_path: Path) -> None:
     text = ("a line\n" * 3 + XID).encode()
     (tmp_path / "plain.log").write_bytes(text)
     (tmp_path / "k.log.1.gz").write_bytes(gzip.compress(text))
-    (tmp_path / "k.log.zst").write_bytes(zstandard.ZstdCompressor().compress(text))
+    (tmp_path / "k.log.zst").write_bytes(zstd.compress(text))
     results = [
         [ln.raw for ln in _read(SourceSpec(Stream.KERNEL, "n", [tmp_path / n]))[0]]
         for n in ("plain.log", "k.log.1.gz", "k.log.zst")
     ]
     assert results[0] == results[1] == results[2]
     assert results[0][-1] == XID.rstrip("\n")
+
+
+def test_damaged_compressed_streams_keep_what_came_before_and_say_so(tmp_path: Path) -> None:
+    """A truncated zstd/gzip file, or plain text appended to a gzip member, is an ``error``
+    with a reason; every line decoded before the damage is still read."""
+    body = "".join(
+        f"2026-01-01T10:{i // 60:02d}:{i % 60:02d} host kernel: line {i}\n" for i in range(2000)
+    )
+    text = (body + XID).encode() + os.urandom(400_000).hex().encode()  # incompressible tail
+    packed = {
+        "zst-cut": zstd.compress(text)[:-5000],
+        "gz-cut": gzip.compress(text)[:-5000],
+        "zst-magic": zstd.compress(text)[:4],
+        "gz-then-text": gzip.compress((body + XID).encode()) + b"plain appended text\n",
+    }
+    for name, data in packed.items():
+        path = tmp_path / f"{name}.log"
+        path.write_bytes(data)
+        lines, cov = _read(SourceSpec(Stream.KERNEL, "n1", [path]))
+        assert cov.status is CoverageStatus.ERROR, name
+        reason = cov.reason or ""
+        if name == "gz-then-text":
+            assert "after the end of the gzip stream" in reason
+        else:
+            assert "truncated" in reason, (name, reason)
+        if name != "zst-magic":
+            assert any(ln.text.startswith("NVRM: Xid") for ln in lines), name
+            assert sum(1 for ln in lines if "line " in ln.text) >= 2000, name
+
+
+def test_utf16_log_is_transcoded(tmp_path: Path) -> None:
+    """A log saved as UTF-16 (with its byte order mark, e.g. from a Windows tool) is read
+    as text, not as lines full of NUL bytes."""
+    for encoding in ("utf-16", "utf-16-be"):
+        path = tmp_path / f"{encoding}.log"
+        data = ("a line\n" + XID).encode(encoding)
+        if encoding == "utf-16-be":
+            data = b"\xfe\xff" + data
+        path.write_bytes(data)
+        lines, cov = _read(SourceSpec(Stream.KERNEL, "n1", [path]))
+        assert cov.status is CoverageStatus.OK and not cov.reason, encoding
+        assert [ln.text for ln in lines] == ["a line", XID.rstrip("\n")], encoding
+
+
+def test_coverage_notes_are_capped(tmp_path: Path) -> None:
+    (tmp_path / "job.json").write_text('{"job_id": "1", "nodes": "n1", "state": "FAILED"}')
+    node = tmp_path / "nodes" / "n1"
+    node.mkdir(parents=True)
+    (node / "kern.log").write_text(XID)
+    for i in range(500):
+        (node / f"junk{i:03d}.txt").write_text("x")
+    bundle = load_bundle(tmp_path)
+    spec = next(s for s in bundle.specs if (s.stream, s.node) == (Stream.KERNEL, "n1"))
+    _, cov = _read(spec)
+    assert cov.status is CoverageStatus.OK
+    assert "junk000.txt" in (cov.reason or "") and "and 490 more" in (cov.reason or "")
+    assert len(cov.reason or "") < 2000
 
 
 def test_binary_junk_and_huge_lines_degrade_to_coverage_notes(tmp_path: Path) -> None:
@@ -109,12 +166,15 @@ def test_bundle_lists_every_node_stream(tmp_path: Path) -> None:
     (tmp_path / "nodes" / "n1").mkdir(parents=True)
     (tmp_path / "nodes" / "n1" / "dmesg.log").write_text(XID)
     (tmp_path / "nodes" / "n1" / "notes.txt").write_text("hello")
+    (tmp_path / "nodes" / "-odd name").mkdir()
     bundle = load_bundle(tmp_path)
     keys = {(s.stream, s.node) for s in bundle.specs}
     for node in ("n1", "n2"):
         for stream in (Stream.KERNEL, Stream.SYSLOG, Stream.FABRICMANAGER):
             assert (stream, node) in keys
-    assert any("notes.txt" in n for n in bundle.notes)
+    kernel_n1 = next(s for s in bundle.specs if (s.stream, s.node) == (Stream.KERNEL, "n1"))
+    assert any("notes.txt" in n for n in kernel_n1.notes)  # said in n1's kernel coverage
+    assert any("-odd name" in n and "not a host name" in n for n in bundle.notes)
 
 
 def test_known_boot_time_applies_only_after_the_last_boot_banner(tmp_path: Path) -> None:
@@ -185,3 +245,25 @@ def test_times_off_the_calendar_are_untimed_not_fatal(tmp_path: Path) -> None:
     lines, cov = _read(SourceSpec(Stream.KERNEL, "n1", [path]), ctx)
     assert [line.time is None for line in lines] == [True, True, True, False]
     assert cov.status is CoverageStatus.OK
+
+
+def test_dateext_rotations_are_read_oldest_first(tmp_path: Path) -> None:
+    """logrotate's ``dateext`` names (``kern.log-20260101``) are the same stream as the live file."""
+    import gzip
+
+    (tmp_path / "job.json").write_text('{"job_id": "1", "nodes": "n1", "state": "FAILED"}')
+    node = tmp_path / "nodes" / "n1"
+    node.mkdir(parents=True)
+    (node / "kern.log").write_text("live\n")
+    (node / "kern.log-20260102").write_text("newer\n")
+    (node / "kern.log-20251231.gz").write_bytes(gzip.compress(b"older\n"))
+    (node / "messages-2026-01-01").write_text("syslog\n")
+    bundle = load_bundle(tmp_path)
+    specs = {s.stream: s for s in bundle.specs if s.node == "n1"}
+    assert [p.name for p in specs[Stream.KERNEL].paths] == [
+        "kern.log-20251231.gz",
+        "kern.log-20260102",
+        "kern.log",
+    ]
+    assert [p.name for p in specs[Stream.SYSLOG].paths] == ["messages-2026-01-01"]
+    assert not specs[Stream.KERNEL].notes

@@ -159,6 +159,8 @@ class Extractor:
         for ex in self.candidates(line.stream, line.text):
             if info and not ex.reads_info:
                 continue
+            if line.ident and ex.rule.match.ident and line.ident not in ex.rule.match.ident:
+                continue  # e.g. "NVRM: Xid ..." written to syslog by a user's logger
             text = line.text
             if ex.rule.match.continuation and following:
                 if adjacent is None:

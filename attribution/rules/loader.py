@@ -280,6 +280,18 @@ def shipped_rules_dir() -> Path:
     return rules_dir()
 
 
+def _duplicate(here: dict[str, Path], key: str, path: Path, errors: list[RuleError]) -> bool:
+    """Record ``key`` as defined in ``path``; a second definition in the same directory is
+    an error (overriding by id is only for a later directory: a site's over ours)."""
+    first = here.setdefault(key, path)
+    if first == path:
+        return False
+    errors.append(
+        RuleError(f"{key!r} is already defined in {first}; ids must be unique", Location(str(path)))
+    )
+    return True
+
+
 def load_ruleset(
     directories: Iterable[Path | str] | None = None, *, include_shipped: bool = True
 ) -> RuleSet:
@@ -308,6 +320,7 @@ def load_ruleset(
             errors.append(RuleError("not a rules directory", Location(str(directory))))
             continue
         files = sorted(p for p in directory.rglob("*.yaml") if p.is_file())
+        here: dict[str, Path] = {}  # ids (and table names) defined in this directory
         for path in files:
             rel = path.relative_to(directory).parts
             if rel and rel[0] == "schema":
@@ -320,11 +333,15 @@ def load_ruleset(
             try:
                 if rel and rel[0] == "tables":
                     table, _ = parse_table_text(text, str(path))
+                    if _duplicate(here, f"table {table.table}", path, errors):
+                        continue
                     tables[table.table] = table
                     continue
                 rule, lines = parse_rule_text(text, str(path))
             except RuleErrors as exc:
                 errors.extend(exc.errors)
+                continue
+            if _duplicate(here, rule.id, path, errors):
                 continue
             raw_rules[rule.id] = (rule, Source(str(path), lines, str(directory)), text)
     ruleset = RuleSet(tables=tables, directories=tuple(str(d) for d in dirs))

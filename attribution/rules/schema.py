@@ -137,13 +137,18 @@ class Match(Strict):
     (a cheap pre-filter run before the regex). ``regex``: Python ``re`` with
     named groups only, applied with ``search`` to the message after prefix
     stripping. ``continuation``: join this many following lines before matching
-    (for messages the producer splits over several lines).
+    (for messages the producer splits over several lines). ``ident``: the syslog
+    program names the message may carry (a kernel message in a syslog file says
+    ``kernel``); lines without a program name are always considered.
     """
 
     contains: list[str]
     regex: str
     ignore_case: bool = False
     continuation: int = Field(default=0, ge=0, le=40)
+    # syslog program names the message may come from (empty: any). Kernel messages say
+    # ``kernel``; a user's ``logger`` line says the user's name and is not believed.
+    ident: list[str] = []
 
     normalise_contains = field_validator("contains", mode="before")(_as_list)
 

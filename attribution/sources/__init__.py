@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import gzip
 import io
 import itertools
 import os
@@ -23,13 +22,12 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Protocol
 
-import zstandard
-
 from attribution.errors import SourceError
 from attribution.hostlist import short_name
 from attribution.model import Coverage, CoverageStatus, LogLine, SourceRef, Stream
 from attribution.sources.prefix import Prefix, parse_prefix
 from attribution.sources.reader import (
+    DECODE_ERRORS,
     DEFAULT_MAX_LINE,
     LogHandle,
     ReadStats,
@@ -37,6 +35,8 @@ from attribution.sources.reader import (
     open_log,
 )
 from attribution.timeutil import shift
+
+MAX_NOTES = 10  # notes kept in one coverage entry; the rest are counted
 
 # file stem -> stream, for node directories of an evidence bundle
 NODE_FILE_STREAMS: dict[str, Stream] = {
@@ -53,11 +53,14 @@ NODE_FILE_STREAMS: dict[str, Stream] = {
     "slurmd": Stream.SLURMD,
 }
 
-_SUFFIXES = re.compile(r"(\.(log|txt|out|err|gz|zst|zstd|\d+))+$", re.IGNORECASE)
+# ``.log``, ``.1``, ``.gz`` and logrotate's ``dateext`` (``-20260101``, ``-2026-01-01``)
+_SUFFIXES = re.compile(
+    r"(\.(log|txt|out|err|gz|zst|zstd|\d+)|-\d{8}(\d{2})?|-\d{4}-\d{2}-\d{2})+$", re.IGNORECASE
+)
 
 
 def file_stem(name: str) -> str:
-    """``kern.log.1.gz`` -> ``kern``; ``syslog`` -> ``syslog``."""
+    """``kern.log.1.gz`` -> ``kern``; ``messages-20260101.gz`` -> ``messages``."""
     return _SUFFIXES.sub("", name)
 
 
@@ -79,6 +82,8 @@ class SourceSpec:
     ``nofollow`` refuses symbolic links and non-regular files (for paths a job's
     owner controls); ``owner_uid``, when set, refuses files not owned by that uid;
     ``max_bytes`` caps how much of each file is read (the tail is kept).
+    ``notes`` are remarks for the coverage entry (files left out and why);
+    ``problem``, when set, makes the source unreadable with that reason.
     """
 
     stream: Stream
@@ -88,6 +93,8 @@ class SourceSpec:
     nofollow: bool = False
     owner_uid: int | None = None
     max_bytes: int | None = None
+    notes: list[str] = field(default_factory=list)
+    problem: str | None = None
 
 
 # Streams whose files are written in time order: they can be read by time window.
@@ -177,9 +184,9 @@ class SourceReader:
         self.ctx = ctx
         self.stats: list[ReadStats] = []
         self.errors: list[str] = []
-        self.unreadable: list[str] = []
-        self.notes: list[str] = []
-        self.missing = not spec.paths
+        self.unreadable: list[str] = [spec.problem] if spec.problem else []
+        self.notes: list[str] = list(spec.notes)
+        self.missing = not spec.paths and not spec.problem
         self.uptime_only = 0  # kernel uptime stamps we could not turn into wall-clock time
         self.earlier_boot = 0  # uptime-only lines of a boot that ended before the job window
         self.odd_prefixes = 0  # lines whose prefix could not be parsed (read as plain text)
@@ -220,7 +227,9 @@ class SourceReader:
         """The coverage entry for this source (call after ``lines()`` is exhausted)."""
         total_bytes = sum(s.bytes for s in self.stats)
         total_lines = sum(s.lines for s in self.stats)
-        reasons: list[str] = list(self.notes)
+        reasons: list[str] = self.notes[:MAX_NOTES]
+        if len(self.notes) > MAX_NOTES:
+            reasons.append(f"and {len(self.notes) - MAX_NOTES} more such note(s)")
         truncated = sum(s.truncated for s in self.stats)
         binary = sum(s.binary_lines for s in self.stats)
         if truncated:
@@ -242,7 +251,7 @@ class SourceReader:
         if self.missing:
             status = CoverageStatus.MISSING
             reasons.insert(0, "no file for this source")
-        elif self.unreadable and len(self.unreadable) == len(self.spec.paths):
+        elif self.unreadable and len(self.unreadable) >= len(self.spec.paths):
             status = CoverageStatus.UNREADABLE
             reasons[:0] = self.unreadable
         elif self.errors:
@@ -295,7 +304,7 @@ class SourceReader:
                     head += handle.read(16 * PROBE)
                     stamp = _first_stamp(head.split(b"\n")[:-1] or [head], self.ctx)
                 return stamp
-        except (SourceError, OSError, EOFError, ValueError, zstandard.ZstdError):
+        except (SourceError, *DECODE_ERRORS):
             return None
 
     def _banners(self, path: Path) -> int:
@@ -310,7 +319,7 @@ class SourceReader:
                     data = tail + chunk
                     count += data.count(_BANNER)
                     tail = data[-len(_BANNER) + 1 :]
-        except (SourceError, OSError, EOFError, ValueError, zstandard.ZstdError):
+        except (SourceError, *DECODE_ERRORS):
             return 0
         return count
 
@@ -353,7 +362,7 @@ class SourceReader:
             try:
                 data = handle.read(size)
                 size = min(WINDOW_MAX if stop is not None else CHUNK, size * 2)
-            except (OSError, EOFError, ValueError, zstandard.ZstdError, gzip.BadGzipFile) as exc:
+            except DECODE_ERRORS as exc:
                 stats.error = f"read error after {stats.lines} lines: {exc}"
                 return
             if long_skip:  # dropping the rest of an over-long line
@@ -562,6 +571,7 @@ class SourceReader:
                 pid=p.pid,
                 device=p.device,
                 task=p.task,
+                ident=p.ident,
             )
 
 

@@ -161,8 +161,42 @@ def test_copy_checks_the_descriptor(tmp_path: Path) -> None:
     dest = tmp_path / "copy"
     assert copy_job_output(str(src), os.getuid(), 10, dest) == 10
     assert dest.read_bytes() == b"b" * 10
-    with pytest.raises(Refused, match="owned by"):
+    with pytest.raises(Refused, match=r"owned by|cannot enter"):
         copy_job_output(str(src), os.getuid() + 1, 10, dest)
+
+
+def test_a_file_behind_a_directory_the_user_cannot_enter() -> None:
+    """The job's user owns the file, but a directory on its real path (reached through a
+    link the user made) is closed to them: they could not read it, so neither do we."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to set up another user's files")
+    import shutil
+    import tempfile
+
+    tmp_path = Path(tempfile.mkdtemp(prefix="attribution-perm-", dir="/tmp"))
+    try:
+        _check_closed_directory(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def _check_closed_directory(tmp_path: Path) -> None:
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    inner = closed / "out.log"
+    inner.write_text("secret\n")
+    os.chown(inner, OTHER_UID, OTHER_UID)
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    (home / "d").symlink_to(closed)
+    os.chmod(tmp_path, 0o755)
+    for parent in tmp_path.parents:
+        if parent.stat().st_mode & 0o001 == 0:
+            pytest.skip(f"{parent} is not searchable by other users")
+    with pytest.raises(Refused, match="cannot enter"):
+        copy_job_output(str(home / "d" / "out.log"), OTHER_UID, 100, tmp_path / "copy")
+    os.chmod(closed, 0o755)
+    assert copy_job_output(str(home / "d" / "out.log"), OTHER_UID, 100, tmp_path / "copy") == 7
 
 
 def test_shared_template_without_node(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ def test_units(tmp_path: Path) -> None:
         ("window:\n  before: soon\n", 2, "not a duration"),
         ("logs:\n  kernel:\n    - relative/{node}\n", 3, "must be absolute"),
         ("logs:\n  syslog: ['/var/log/{host}/syslog']\n", 2, "unknown placeholder {host}"),
+        ("logs:\n  kernel: ['/v/{node!r:>99999999}/k']\n", 2, "no format spec"),
         ("timezone: Mars/Olympus\n", 1, "unknown timezone"),
         ("spool: /x\nspool: /y\n", 2, "duplicate key"),
         ("logs: [\n", 2, "invalid YAML"),

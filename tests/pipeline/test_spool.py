@@ -176,3 +176,19 @@ def test_killed_worker_loses_nothing_and_keeps_one_row(spool_dir: Path, tmp_path
     assert spool.counts() == {"new": 0, "work": 0, "done": len(keys), "failed": 0}
     rows = dict(sqlite3.connect(db).execute("SELECT key, 1 FROM v").fetchall())
     assert set(rows) == keys
+
+
+def test_entries_that_are_not_files_go_to_failed_without_blocking(spool_dir: Path) -> None:
+    """A FIFO, a directory or a huge file put in new/ never hangs or stops the worker."""
+    spool = Spool(spool_dir, clock=Clock())
+    os.mkfifo(spool.dir("new") / "c_1_0")
+    (spool.dir("new") / "c_2_0").mkdir()
+    (spool.dir("new") / "c_3_0").write_bytes(b"x" * (2 << 20))
+    good = add(spool, 4)
+    for key in ("c_1_0", "c_2_0", "c_3_0"):
+        assert spool.claim(key) is None
+        assert where(spool, key) == ["failed"]
+    assert "not a regular file" in (spool.dir("failed") / "c_1_0.error").read_text()
+    assert "not a hook entry" in (spool.dir("failed") / "c_3_0.error").read_text()
+    claimed = spool.claim(good)
+    assert claimed is not None and "SLURM_JOB_ID" in claimed.text

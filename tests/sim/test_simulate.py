@@ -329,12 +329,21 @@ def test_removing_the_root_evidence_is_refused() -> None:
 def test_load_scenarios_accepts_one_or_many(tmp_path: Path) -> None:
     one = {"name": "a", "fault": {"chain": "gpu_oom"}}
     (tmp_path / "one.yaml").write_text(yaml.safe_dump(one))
-    (tmp_path / "many.yaml").write_text(yaml.safe_dump({"scenarios": [one, {**one, "name": "b"}]}))
+    (tmp_path / "many.yaml").write_text(
+        yaml.safe_dump({"scenarios": [one, {**one, "name": "b", "fault": {"chain": "gpu_oom"}}]})
+    )
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**one, "nodez": "x"}))
     assert [s.name for s in load_scenarios(tmp_path / "one.yaml")] == ["a"]
     assert [s.name for s in load_scenarios(tmp_path / "many.yaml")] == ["a", "b"]
-    with pytest.raises(ValueError, match=r"bad\.yaml"):
+    with pytest.raises(ValueError, match=r"bad\.yaml:\d+: nodez: Extra inputs"):
         load_scenarios(tmp_path / "bad.yaml")
+    # the line of the offending value, in the second scenario of a list
+    (tmp_path / "line.yaml").write_text(
+        "scenarios:\n  - name: a\n    fault: {chain: gpu_oom}\n"
+        "  - name: b\n    fault: {chain: gpu_oom}\n    ranks_per_node: lots\n"
+    )
+    with pytest.raises(ValueError, match=r"line\.yaml:6: ranks_per_node: "):
+        load_scenarios(tmp_path / "line.yaml")
 
 
 def test_write_bundle_refuses_a_non_empty_directory(tmp_path: Path) -> None:
