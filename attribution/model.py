@@ -276,6 +276,11 @@ class LogLine:
     ident: str | None = None  # the syslog program name (``kernel``, ``systemd``), when given
 
 
+# The syslog ident of lines attribution writes itself (the job output's ``last output`` line).
+# It has a space, which no parsed syslog ident can have, so no log line can claim it.
+SYNTHETIC_IDENT = "attribution (synthetic)"
+
+
 @dataclass(slots=True)
 class Event:
     """One extracted, typed log line.

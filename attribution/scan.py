@@ -236,4 +236,5 @@ def read_context(
         selectors=selectors,
         follow=follow,
         window=window,
+        job_span=(job.start, job.end) if job.start and job.end and job.end > job.start else None,
     )

@@ -17,6 +17,11 @@ REF = datetime(2025, 12, 18, 12, 0, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("line", "expected", "text"),
     [
+        (  # Megatron-LM's training log line starts with a space (here behind an srun label)
+            "0:  [2025-12-20 04:45:12] iteration     3229/   20000 | consumed samples: 1",
+            datetime(2025, 12, 20, 4, 45, 12, tzinfo=UTC),
+            "iteration     3229/   20000 | consumed samples: 1",
+        ),
         (
             "[Sun Feb 23 16:24:18 2025] NVRM: Xid x",
             datetime(2025, 2, 23, 16, 24, 18, tzinfo=UTC),

@@ -9,7 +9,10 @@ from pathlib import Path
 from backports import zstd
 
 from attribution.bundle import load_bundle
+from attribution.jobrecord import job_from_dict
 from attribution.model import CoverageStatus, Stream
+from attribution.rules.loader import RuleSet
+from attribution.scan import read_context
 from attribution.sources import (
     ReadContext,
     SourceReader,
@@ -267,3 +270,50 @@ def test_dateext_rotations_are_read_oldest_first(tmp_path: Path) -> None:
     ]
     assert [p.name for p in specs[Stream.SYSLOG].paths] == ["messages-2026-01-01"]
     assert not specs[Stream.KERNEL].notes
+
+
+def test_job_output_ends_with_a_last_output_line(tmp_path: Path, ruleset: RuleSet) -> None:
+    """Each job output file gets one synthetic line: when it last said something before the
+    job's teardown, and how many ordinary untimed lines followed (untimed progress)."""
+    from datetime import UTC, datetime
+
+    from attribution.model import SYNTHETIC_IDENT
+
+    start, end = datetime(2025, 6, 1, 0, 0, tzinfo=UTC), datetime(2025, 6, 1, 4, 0, tzinfo=UTC)
+    job = job_from_dict(
+        {
+            "job_id": "1",
+            "nodes": "n1",
+            "start": "2025-06-01T00:00:00",
+            "end": "2025-06-01T04:00:00",
+            "state": "TIMEOUT",
+        }
+    )
+    ctx = read_context(job, ruleset)  # the shipped rules' line selectors
+    assert ctx.job_span == (start, end)
+    hung = tmp_path / "hung.log"
+    hung.write_text(
+        "".join(
+            f"[2025-06-01 0{h}:{m:02d}:00,000] [INFO] step {h * 60 + m}\n"
+            for h in range(2)
+            for m in range(0, 60, 5)
+        )
+        + "[2025-06-01 03:59:30,000] torch: Received Signals.SIGTERM death signal\n"
+    )
+    lines, _ = _read(SourceSpec(Stream.JOB_STDOUT, None, [hung]), ctx)
+    last = lines[-1]
+    assert last.ident == SYNTHETIC_IDENT and last.time is None  # untimed: bounds nothing
+    assert "at 2025-06-01T01:55:00Z" in last.text and "silent for 125 min" in last.text
+    assert "(7500 s, share 0.52 of the run)" in last.text and "; 0 untimed" in last.text
+    assert last.source.line == 24
+    progress = tmp_path / "bars.log"
+    progress.write_text(
+        "[2025-06-01 00:00:05,000] starting\n" + "Epoch 1:  45%|####  | 450/1000\n" * 30
+    )
+    lines, _ = _read(SourceSpec(Stream.JOB_STDERR, None, [progress]), ctx)
+    assert "; 30 untimed ordinary line(s)" in lines[-1].text
+    # node logs get none, and neither does a job record without both times
+    lines, _ = _read(SourceSpec(Stream.KERNEL, "n1", [hung]), ctx)
+    assert all(line.ident != SYNTHETIC_IDENT for line in lines)
+    lines, _ = _read(SourceSpec(Stream.JOB_STDOUT, None, [hung]), ReadContext(reference=start))
+    assert all(line.ident != SYNTHETIC_IDENT for line in lines)

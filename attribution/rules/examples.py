@@ -148,17 +148,25 @@ def example_lines(text: str, stream: Stream, node: str = "node001") -> list[LogL
             pid=p.pid,
             device=p.device,
             task=p.task,
+            ident=p.ident,
         )
         for i, raw in enumerate(text.split("\n"))
     ]
 
 
 def line_events(
-    ruleset: RuleSet, rule: ExtractorRule, text: str, stream: Stream | None
+    ruleset: RuleSet,
+    rule: ExtractorRule,
+    text: str,
+    stream: Stream | None,
+    ident: str | None = None,
 ) -> list[Event]:
-    """Events one extractor yields for one example line (prefixes parsed as in real logs)."""
+    """Events one extractor yields for one example line (prefixes parsed as in real logs;
+    ``ident`` stands for a syslog program name the line's prefix does not give)."""
     chosen = stream or sorted(rule.stream_set(), key=lambda s: list(Stream).index(s))[0]
     parsed = example_lines(text, chosen)
+    if ident is not None:
+        parsed[0].ident = ident
     extractor = Extractor(_single(ruleset, rule.id))
     return extractor.extract(parsed[0], parsed[1:])
 
@@ -166,7 +174,7 @@ def line_events(
 def _run_line(ruleset: RuleSet, rule: ExtractorRule, case: ExampleCase) -> tuple[bool, str]:
     item = case.payload
     example = item if isinstance(item, LineExample) else LineExample(line=str(item))
-    events = line_events(ruleset, rule, example.line, example.stream)
+    events = line_events(ruleset, rule, example.line, example.stream, example.ident)
     if case.group == "no_match":
         if events:
             return False, f"matched but should not: fields {events[0].fields}"

@@ -159,7 +159,8 @@ class Extractor:
         for ex in self.candidates(line.stream, line.text):
             if info and not ex.reads_info:
                 continue
-            if line.ident and ex.rule.match.ident and line.ident not in ex.rule.match.ident:
+            allowed = ex.rule.match.ident
+            if allowed and line.ident not in allowed and (line.ident or ex.synthetic_only):
                 continue  # e.g. "NVRM: Xid ..." written to syslog by a user's logger
             text = line.text
             if ex.rule.match.continuation and following:

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from attribution import __version__
 from attribution._yaml import LineMap, load_yaml
 from attribution.errors import Location, RuleError, RuleErrors
-from attribution.model import EventRole, Stream
+from attribution.model import SYNTHETIC_IDENT, EventRole, Stream
 from attribution.rules.schema import (
     CorrelationRule,
     DiagnosisRule,
@@ -51,6 +51,11 @@ class CompiledExtractor:
     path: str
     literals_folded: tuple[str, ...] = ()
     reads_info: bool = False  # may read NCCL INFO lines: context only, or its pattern says INFO
+
+    @property
+    def synthetic_only(self) -> bool:
+        """Reads only lines attribution writes itself (``match.ident`` names them)."""
+        return SYNTHETIC_IDENT in self.rule.match.ident
 
     @property
     def id(self) -> str:

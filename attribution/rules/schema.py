@@ -139,7 +139,9 @@ class Match(Strict):
     stripping. ``continuation``: join this many following lines before matching
     (for messages the producer splits over several lines). ``ident``: the syslog
     program names the message may carry (a kernel message in a syslog file says
-    ``kernel``); lines without a program name are always considered.
+    ``kernel``); lines without a program name are always considered, except by
+    an extractor that names ``attribution (synthetic)``: it reads only the lines
+    attribution writes itself.
     """
 
     contains: list[str]
@@ -201,6 +203,7 @@ class LineExample(Strict):
 
     line: str
     stream: Stream | None = None
+    ident: str | None = None  # the line's syslog program name, when its prefix gives none
     fields: dict[str, Scalar | None] = {}
     reason: str | None = None  # for todo examples
 

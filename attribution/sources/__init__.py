@@ -24,7 +24,7 @@ from typing import Protocol
 
 from attribution.errors import SourceError
 from attribution.hostlist import short_name
-from attribution.model import Coverage, CoverageStatus, LogLine, SourceRef, Stream
+from attribution.model import SYNTHETIC_IDENT, Coverage, CoverageStatus, LogLine, SourceRef, Stream
 from attribution.sources.prefix import Prefix, parse_prefix
 from attribution.sources.reader import (
     DECODE_ERRORS,
@@ -37,6 +37,15 @@ from attribution.sources.reader import (
 from attribution.timeutil import shift
 
 MAX_NOTES = 10  # notes kept in one coverage entry; the rest are counted
+
+# The synthetic line that closes each job output file: when its last timed line was written.
+# A job that stopped writing long before Slurm killed it at its time limit was hung, not slow
+# (CHAINS.md 11). Lines in the last TEARDOWN seconds (SIGTERM handlers) do not count; only the
+# last TAIL_BYTES of a file are searched. Its ident (SYNTHETIC_IDENT) cannot come from a log.
+LAST_OUTPUT = "attribution: last timed output line"
+LAST_OUTPUT_IDENT = SYNTHETIC_IDENT
+TEARDOWN = 120.0
+TAIL_BYTES = 256 << 10
 
 # file stem -> stream, for node directories of an evidence bundle
 NODE_FILE_STREAMS: dict[str, Stream] = {
@@ -146,7 +155,9 @@ class ReadContext:
     ``follow``: per stream, how many lines after a selected one to parse too
     (multi-line messages); ``window``: ``(start, end)`` UTC, when set, ordered
     streams are read only around it (``tolerance`` seconds either side; files
-    smaller than ``seek_threshold`` bytes are read whole).
+    smaller than ``seek_threshold`` bytes are read whole). ``job_span``: the
+    job's start and end (UTC); with it, each job output file ends with a
+    synthetic ``last output`` line (see ``LAST_OUTPUT``).
     """
 
     tz: tzinfo = UTC
@@ -159,6 +170,56 @@ class ReadContext:
     window: tuple[datetime | None, datetime | None] | None = None
     tolerance: float = 600.0
     seek_threshold: int = 1 << 20
+    job_span: tuple[datetime, datetime] | None = None  # (start, end) UTC, for ``last output``
+
+
+@dataclass(slots=True)
+class _Tail:
+    """The last ``TAIL_BYTES`` (or more: whole blocks) of a file, to find its last timed line."""
+
+    # data, number of its first line (0: unknown), its byte offset, whether its first line is cut
+    blocks: list[tuple[bytes, int, int, bool]] = field(default_factory=list)
+    size: int = 0
+
+    def push(self, block: bytes, lineno: int, offset: int) -> None:
+        cut = max(0, len(block) - TAIL_BYTES)
+        if cut:
+            lineno = lineno + block.count(b"\n", 0, cut) if lineno else 0
+            self.blocks.append((block[cut:], lineno, offset + cut, True))
+        else:
+            self.blocks.append((block, lineno, offset, False))
+        self.size += len(block) - cut
+        while len(self.blocks) > 1 and self.size - len(self.blocks[0][0]) >= TAIL_BYTES:
+            self.size -= len(self.blocks.pop(0)[0])
+
+    def last_time_before(
+        self, cutoff: datetime, ctx: ReadContext, selector: LineSelector
+    ) -> tuple[datetime, int, int, int] | None:
+        """(time, line number or 0, byte offset, untimed lines after it) of the last line
+        stamped before ``cutoff``. Untimed lines after it count only when no extractor's
+        literal picks them: those are ordinary output (untimed progress), not the error and
+        teardown messages a killed job prints."""
+        untimed = 0
+        for data, lineno, offset, cut in reversed(self.blocks):
+            lines = data.split(b"\n")
+            starts = [0]
+            for chunk in lines[:-1]:
+                starts.append(starts[-1] + len(chunk) + 1)
+            picked = set(selector.line_starts(data))
+            for index in range(len(lines) - 1, 0 if cut else -1, -1):  # a cut line is no line
+                raw = decode_line(lines[index])
+                if not raw.strip():
+                    continue
+                try:
+                    when = parse_prefix(raw, tz=ctx.tz, reference=ctx.reference).time
+                except Exception:
+                    when = None
+                if when is None:
+                    untimed += starts[index] not in picked
+                elif when < cutoff:
+                    line = lineno + index if lineno else 0
+                    return when, line, offset + starts[index], untimed
+        return None
 
 
 @dataclass(slots=True)
@@ -217,9 +278,14 @@ class SourceReader:
             except SourceError as exc:
                 self.unreadable.append(f"{shown}: {exc.message}")
                 continue
+            tail = _Tail() if self._wants_last_output() else None
             with handle:
-                raws = self._blocks(handle, path, stats, shown, windowed)
+                raws = self._blocks(handle, path, stats, shown, windowed, tail)
                 yield from self._parse(raws, shown, state)
+            if tail is not None:
+                last = self._last_output(tail, shown)
+                if last is not None:
+                    yield last
             if stats.error:
                 self.errors.append(f"{shown}: {stats.error}")
 
@@ -334,8 +400,50 @@ class SourceReader:
         later = [t for t in firsts[index + 1 :] if t is not None]
         return bool(start is not None and later and later[0] < start - tol)
 
+    def _wants_last_output(self) -> bool:
+        return self.ctx.job_span is not None and self.spec.stream in (
+            Stream.JOB_STDOUT,
+            Stream.JOB_STDERR,
+        )
+
+    def _last_output(self, tail: _Tail, shown: str) -> LogLine | None:
+        """The synthetic ``LAST_OUTPUT`` line for one job output file, or None when the
+        file's tail holds no timed line before the job's teardown."""
+        assert self.ctx.job_span is not None
+        start, end = self.ctx.job_span
+        cutoff = end - timedelta(seconds=TEARDOWN)
+        selector = self.ctx.selectors.get(self.spec.stream) or EveryLine()
+        found = tail.last_time_before(cutoff, self.ctx, selector)
+        if found is None:
+            return None
+        when, lineno, offset, untimed = found
+        silent = (end - when).total_seconds()
+        share = silent / max(1.0, (end - start).total_seconds())
+        text = (
+            f"{LAST_OUTPUT} at {when:%Y-%m-%dT%H:%M:%S}Z: silent for {silent / 60:.0f} min"
+            f" ({silent:.0f} s, share {share:.2f} of the run) before the job ended;"
+            f" {untimed} untimed ordinary line(s) after it"
+        )
+        return LogLine(
+            stream=self.spec.stream,
+            node=self.spec.node,
+            text=text,
+            raw=text,
+            source=SourceRef(shown, lineno, None if lineno else offset),
+            # untimed on purpose: it comes after lines later than ``when``, and a timed line
+            # there would bound them ("no later than the next timed line") wrongly
+            time=None,
+            ident=LAST_OUTPUT_IDENT,
+        )
+
     def _blocks(
-        self, handle: LogHandle, path: Path, stats: ReadStats, shown: str, windowed: bool
+        self,
+        handle: LogHandle,
+        path: Path,
+        stats: ReadStats,
+        shown: str,
+        windowed: bool,
+        tail: _Tail | None = None,
     ) -> Iterator[_Raw]:
         """Selected raw lines of one file, in order, with their line numbers or offsets."""
         ctx = self.ctx
@@ -390,6 +498,8 @@ class SourceReader:
                     carry = buf
                 continue
             block, carry = buf[:cut], buf[cut:]
+            if tail is not None:
+                tail.push(block, lineno + 1 if known else 0, offset)
             stats.bytes += len(block)
             picked, owed = self._pick(block, selector, follow, owed, head_left)
             stats.truncated += sum(1 for _ in _long_lines(block, max_line))

@@ -130,6 +130,11 @@ def _peel_one(text: str, out: Prefix, tz: tzinfo, ref: datetime | None) -> int |
     first = text[0]
     if first == "[":
         return _peel_bracket(text, out, tz, ref)
+    if first == " ":  # Megatron-LM: " [2025-12-20 04:45:12] iteration  3229/ 20000 | ..."
+        body = text.lstrip(" ")
+        if len(text) - len(body) <= 4 and _BRACKET_ISO.match(body):
+            return len(text) - len(body)
+        return None
     if first.isdigit():
         m = _KMSG.match(text)
         if m:
