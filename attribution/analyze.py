@@ -323,6 +323,16 @@ def _roles(
     for cand in [winner, *outcome.tied] if winner else []:
         assert cand is not None
         root_ids.update(id(e) for e in _root_events(cand))
+        # supporting evidence of the root's own node that is a fault in itself (the root
+        # port's AER Surprise Down behind an XID 79) is the same event seen from elsewhere
+        blamed = {r.node for r in cand.responsible}
+        root_ids.update(
+            id(e)
+            for e in cand.supporting
+            if e.node in blamed
+            and not e.demoted_by
+            and e.role in (EventRole.ROOT, EventRole.EITHER)
+        )
         if cand.first_at and (root_time is None or cand.first_at < root_time):
             root_time = cand.first_at
     roles: dict[int, ChainRole] = {}

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from attribution import __version__
 from attribution.errors import AttributionError, RuleErrors
+from attribution.model import SubDomain, TerminalState
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -252,7 +253,12 @@ def demo(db: str | None, as_json: bool, rule_dirs: tuple[str, ...]) -> None:
         )
         + "."
     )
-    console.print(f"Try: sattr diagnose {bundles[0]}", style="dim")
+    example = next((b for b in bundles if b.name == "real-case11"), bundles[0])
+    try:
+        shown = example.relative_to(Path.cwd())
+    except ValueError:
+        shown = example
+    console.print(f"Try: sattr diagnose {shown}", style="dim", soft_wrap=True)
     for line in failed:
         click.echo(f"sattr: error: {line}", err=True)
     if failed:
@@ -375,6 +381,7 @@ def _show_from_sacct(job: str, viewer: Viewer, store_problem: str, as_json: bool
     if as_json:
         _emit_json(
             {
+                "schema": "attribution.admincomment/1",
                 "source": "sacct AdminComment",
                 "note": store_problem,
                 "job_id": row.get("JobID"),
@@ -384,6 +391,8 @@ def _show_from_sacct(job: str, viewer: Viewer, store_problem: str, as_json: bool
                 "verdict": parsed,
             }
         )
+        if parsed is None:
+            sys.exit(1)
         return
     click.echo(f"Note: {store_problem}; showing the verdict line from sacct's AdminComment.")
     click.echo(f"Job {row.get('JobID')} · user {row.get('User')} · {row.get('State')}")
@@ -392,7 +401,7 @@ def _show_from_sacct(job: str, viewer: Viewer, store_problem: str, as_json: bool
             "No verdict recorded in AdminComment yet (the worker may not have run, or "
             "AdminComment write-back is off at this site; ask your administrators)."
         )
-        return
+        sys.exit(1)
     click.echo(comment)
     for name in ("terminal_state", "sub_domain", "cause", "nodes"):
         if name in parsed:
@@ -444,8 +453,10 @@ def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbo
     verdict = verdict_from_dict(data)
     row: dict[str, Any] = rows.get(verdict.job.key) or {}
     if as_json:
-        out = dict(data)
-        out["record"] = {
+        from attribution.model import verdict_to_dict
+
+        out = verdict_to_dict(verdict)  # the same object as 'sattr diagnose --json'
+        out["record"] = {  # what the store adds: the AdminComment write-back and spool time
             "admin_comment_status": row.get("admin_comment_status"),
             "admin_comment": row.get("admin_comment"),
             "spooled_at": row.get("spooled_at"),
@@ -470,25 +481,53 @@ def _since(value: str) -> str:
     from attribution.model import to_jsonable
     from attribution.timeutil import parse_duration, parse_iso
 
+    if value.strip().lower() == "all":
+        return str(to_jsonable(datetime(1970, 1, 1, tzinfo=UTC)))
     try:
         start = datetime.now(UTC) - timedelta(seconds=parse_duration(value))
     except ValueError:
         parsed = parse_iso(value)
         if parsed is None:
-            fail(f"--since {value!r}: use a duration (12h, 7d) or a date (2026-11-30)")
+            fail(f"--since {value!r}: use a duration (12h, 7d), a date (2026-11-30) or 'all'")
         start = parsed
     return str(to_jsonable(start))
+
+
+# --state accepts the verdict's terminal_state or the Slurm job state (sacct's names)
+_LIST_STATES = [t.value for t in TerminalState] + [
+    "COMPLETED",
+    "FAILED",
+    "TIMEOUT",
+    "CANCELLED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REQUEUED",
+]
 
 
 @main.command("list")
 @config_option
 @db_option
 @click.option(
-    "--since", default="7d", show_default=True, help="Jobs that ended since (7d, 2026-11-30)."
+    "--since",
+    default="7d",
+    show_default=True,
+    help="Jobs that ended since (7d, 2026-11-30, all).",
 )
-@click.option("--state", help="Verdict terminal state (fail, timeout, ...) or Slurm state.")
-@click.option("--sub-domain", help="hardware, system_software, infrastructure, application, ...")
-@click.option("--node", help="Jobs that ran on NODE or blame it.")
+@click.option(
+    "--state",
+    type=click.Choice(_LIST_STATES, case_sensitive=False),
+    help="Verdict terminal_state (fail, timeout, ...) or Slurm state (NODE_FAIL, ...).",
+)
+@click.option(
+    "--sub-domain",
+    type=click.Choice([s.value for s in SubDomain], case_sensitive=False),
+    help="Verdict sub_domain.",
+)
+@click.option("--node", help="Jobs that ran on these nodes or blame one (a hostlist: gpu[01-08]).")
 @click.option("--user", help="Jobs of USER (administrators only; users see their own).")
 @click.option("--limit", type=int, default=200, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
@@ -515,11 +554,20 @@ def list_(
         where.append("sub_domain = ?")
         params.append(sub_domain.lower())
     if node:
+        from attribution.hostlist import expand
+
+        try:
+            wanted = expand(node)
+        except ValueError as exc:
+            fail(f"--node {node!r}: {exc}")
+        if len(wanted) > 10_000:
+            fail(f"--node {node!r}: more than 10,000 nodes")
+        marks = ", ".join("?" * len(wanted))
         where.append(
-            "(key IN (SELECT key FROM responsible WHERE node = ?) OR EXISTS "
-            "(SELECT 1 FROM json_each(verdicts.verdict, '$.job.nodes') WHERE value = ?))"
+            f"(key IN (SELECT key FROM responsible WHERE node IN ({marks})) OR EXISTS "
+            f"(SELECT 1 FROM json_each(verdicts.verdict, '$.job.nodes') WHERE value IN ({marks})))"
         )
-        params += [node, node]
+        params += [*wanted, *wanted]
     if not viewer.admin:
         where.append("(uid = ? OR (uid IS NULL AND user = ?))")
         params += [viewer.uid, viewer.name]
@@ -539,7 +587,10 @@ def list_(
 
     console = _console()
     console.print(list_view(rows))
-    console.print(f"{len(rows)} verdict(s)", style="dim")
+    hint = (
+        "" if rows or since.strip().lower() == "all" else f" since {since} (--since all for older)"
+    )
+    console.print(f"{len(rows)} verdict(s){hint}", style="dim")
 
 
 @main.command()
@@ -636,16 +687,21 @@ def enqueue(jobs: tuple[str, ...], config_path: str | None, retry_failed: bool) 
 @click.option("--all", "everything", is_flag=True, help="Every stored verdict (with --since).")
 @click.option("--since", default=None, help="With --all: jobs that ended since (7d, 2026-11-30).")
 @click.option("--write-comment", is_flag=True, help="Also rewrite the AdminComment (when enabled).")
+@click.option(
+    "--force", is_flag=True, help="Replace verdicts even when evidence read before is gone now."
+)
 def rediagnose(
     jobs: tuple[str, ...],
     config_path: str | None,
     everything: bool,
     since: str | None,
     write_comment: bool,
+    force: bool,
 ) -> None:
     """Diagnose stored jobs again with the current rules (e.g. after a rules upgrade).
 
-    The stored job record is reused; Slurm is asked only to rewrite AdminComments.
+    The stored job record is reused; Slurm is asked only to rewrite AdminComments. A verdict
+    whose evidence has since been rotated away or deleted is kept (say --force to replace it).
     """
     from attribution.store import Store
     from attribution.verdictjson import verdict_from_dict
@@ -654,6 +710,8 @@ def rediagnose(
     config = _config(config_path)
     if not jobs and not everything:
         fail("name jobs, or use --all")
+    if not Path(config.store).is_file():
+        fail(f"{config.store}: no verdict store here (set 'store' in the config, or --config)")
     try:
         store = Store(config.store)
         if everything:
@@ -668,12 +726,16 @@ def rediagnose(
                     fail(f"no stored verdict for job {text}")
                 records.append(found[0])
         w = Worker(config, store=store)
-        changed = 0
+        changed = kept = 0
         for data in records:
             if data is None:
                 continue
             old = verdict_from_dict(data)
-            new = w.rediagnose(old.job, write_comment=write_comment)
+            new, why = w.rediagnose(old.job, write_comment=write_comment, old=old, force=force)
+            if why:
+                kept += 1
+                click.echo(f"job {old.job.display_id}: {why}")
+                continue
             before = (old.terminal_state, old.sub_domain, old.cause.id if old.cause else None)
             after = (new.terminal_state, new.sub_domain, new.cause.id if new.cause else None)
             if before != after:
@@ -682,7 +744,10 @@ def rediagnose(
                     f"job {old.job.display_id}: {'/'.join(str(x) for x in before)} -> "
                     f"{'/'.join(str(x) for x in after)}"
                 )
-        click.echo(f"rediagnosed {len(records)} job(s); {changed} verdict(s) changed")
+        click.echo(
+            f"rediagnosed {len(records)} job(s); {changed} verdict(s) changed"
+            + (f"; {kept} kept because their evidence is gone" if kept else "")
+        )
     except AttributionError as exc:
         fail(str(exc))
 
@@ -723,9 +788,14 @@ def rules_lint(directory: str | None, no_shipped: bool) -> None:
     for issue in issues:
         click.echo(str(issue))
     errors = sum(1 for i in issues if i.error)
-    n = len(ruleset.all_rules()) if ids is None else len(ids)
+    total = len(ruleset.all_rules())
+    scope = (
+        f"{total} rule(s)"
+        if ids is None
+        else f"{directory}: {len(ids)} rule(s) linted, loaded with {total} in all"
+    )
     click.echo(
-        f"{n} rule(s), {len(ruleset.tables)} table(s): "
+        f"{scope}, {len(ruleset.tables)} table(s): "
         f"{errors} error(s), {len(issues) - errors} warning(s)"
     )
     if errors:

@@ -271,11 +271,11 @@ def backtest_view(report: Report) -> RenderableType:
     totals.append(f"{n} case(s): ", style="bold")
     totals.append(", ".join(f"{counts[k]} {k}" for k in counts))
     totals.append(f"\nexact or acceptable: {data['exact_or_acceptable_rate']:.1%}")
-    totals.append(f" · scored ambiguous: {data['ambiguous_rate']:.1%}")
-    totals.append(f" · scored unattributed: {data['unattributed_rate']:.1%}")
+    totals.append(f" · ambiguous instead of expected: {data['ambiguous_rate']:.1%}")
+    totals.append(f" · unattributed instead: {data['unattributed_rate']:.1%}")
     totals.append(
-        f"\nverdicts ambiguous: {data['verdicts_ambiguous']:.1%}"
-        f" · verdicts unattributed: {data['verdicts_unattributed']:.1%}"
+        f"\nall verdicts ambiguous: {data['verdicts_ambiguous']:.1%}"
+        f" · all verdicts unattributed: {data['verdicts_unattributed']:.1%}"
     )
     na = data["responsible_node_accuracy"]
     ta = data["terminal_state_accuracy"]
@@ -309,7 +309,7 @@ def confusion_view(confusion: dict[str, dict[str, int]]) -> Table:
     table = Table(title="Confusion (rows: expected, columns: got)", title_justify="left", box=None)
     table.add_column("expected \\ got")
     for col in got_cols:
-        table.add_column(col.replace("_", " "), justify="right")
+        table.add_column(col, justify="right")
     for expected in sorted(confusion):
         row = confusion[expected]
         table.add_row(

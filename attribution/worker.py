@@ -280,21 +280,49 @@ class Worker:
 
     # ------------------------------------------------------------------ re-runs
 
-    def rediagnose(self, job: JobRecord, *, write_comment: bool = False) -> Verdict:
+    def rediagnose(
+        self,
+        job: JobRecord,
+        *,
+        write_comment: bool = False,
+        old: Verdict | None = None,
+        force: bool = False,
+    ) -> tuple[Verdict, str | None]:
         """Diagnose a stored job again with the current rules and save the new verdict.
 
         The AdminComment is rewritten only with ``write_comment``; otherwise
-        the earlier write-back status is kept.
+        the earlier write-back status is kept. When ``old`` (the stored verdict)
+        read a source that can no longer be read (logs rotated away or deleted),
+        the old verdict is kept unless ``force``.
+
+        Returns:
+            ``(verdict, kept)``: the verdict now stored, and why the old one was
+            kept (``None`` when the new one was saved).
         """
         previous = self.store.row(job.key) or {}
         verdict = self.diagnose(job)
+        lost = _lost_sources(old, verdict) if old is not None and not force else []
+        if lost:
+            shown = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+            assert old is not None
+            return old, f"kept: evidence read before is gone now ({shown}); --force replaces it"
         status = previous.get("admin_comment_status")
         line = previous.get("admin_comment")
         self.store.save(verdict, admin_comment_status=status, admin_comment=line)
         if write_comment and verdict.terminal_state.value != "pass":
             status, line = self.write_comment(verdict)
             self.store.set_admin_comment(job.key, status, line)
-        return verdict
+        return verdict, None
+
+
+def _lost_sources(old: Verdict, new: Verdict) -> list[str]:
+    """Sources (``stream@node``) the old verdict read lines from that the new one could not."""
+
+    def read(v: Verdict) -> set[tuple[str, str | None]]:
+        return {(c.stream.value, c.node) for c in v.coverage if c.lines > 0}
+
+    gone = read(old) - read(new)
+    return sorted(f"{stream}@{node}" if node else stream for stream, node in gone)
 
 
 __all__ = ["Outcome", "Worker", "make_spool"]

@@ -118,3 +118,28 @@ def test_rules_commands_fail_on_a_bad_site_dir(tmp_path: Path) -> None:
     )
     result = CliRunner().invoke(main, ["rules", "lint", str(site)])
     assert result.exit_code == 1 and "broken.yaml" in result.output
+
+
+def test_rediagnose_keeps_verdicts_whose_evidence_is_gone(tmp_path: Path) -> None:
+    """After the logs are rotated away, re-running the rules must not replace a verdict made
+    from them with one made from nothing."""
+    db = tmp_path / "verdicts.sqlite"
+    assert run("demo", "--db", str(db)).exit_code == 0
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"store: {db}\nspool: {tmp_path / 'spool'}\n"
+    )  # no log paths: nothing to read
+    result = run("rediagnose", "--config", str(config), "4242001")
+    assert result.exit_code == 0, result.output
+    assert "kept: evidence read before is gone now" in result.output
+    assert "1 kept because their evidence is gone" in result.output
+    assert "nvlink-fault" in run("show", "--db", str(db), "4242001").output
+    forced = run("rediagnose", "--config", str(config), "--force", "4242001")
+    assert "1 verdict(s) changed" in forced.output
+    assert "nvlink-fault" not in run("show", "--db", str(db), "4242001").output
+    # no store: an error, and none is created
+    absent = tmp_path / "absent.sqlite"
+    config.write_text(f"store: {absent}\nspool: {tmp_path / 'spool'}\n")
+    result = run("rediagnose", "--config", str(config), "4242001")
+    assert result.exit_code == 1 and "no verdict store here" in result.output
+    assert not absent.exists()
