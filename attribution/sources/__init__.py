@@ -46,6 +46,7 @@ LAST_OUTPUT = "attribution: last timed output line"
 LAST_OUTPUT_IDENT = SYNTHETIC_IDENT
 TEARDOWN = 120.0
 TAIL_BYTES = 256 << 10
+CADENCE = 5  # timed lines before the last one that show the output was stamped regularly
 
 # file stem -> stream, for node directories of an evidence bundle
 NODE_FILE_STREAMS: dict[str, Stream] = {
@@ -194,12 +195,15 @@ class _Tail:
 
     def last_time_before(
         self, cutoff: datetime, ctx: ReadContext, selector: LineSelector
-    ) -> tuple[datetime, int, int, int] | None:
-        """(time, line number or 0, byte offset, untimed lines after it) of the last line
-        stamped before ``cutoff``. Untimed lines after it count only when no extractor's
-        literal picks them: those are ordinary output (untimed progress), not the error and
-        teardown messages a killed job prints."""
-        untimed = 0
+    ) -> tuple[datetime, int, int, int, int, int] | None:
+        """(time, line number or 0, byte offset, untimed lines after it, their bytes, timed
+        lines before it) for the last line stamped before ``cutoff``. Untimed lines after it
+        count only when no extractor's literal picks them: those are ordinary output (untimed
+        progress), not the error and teardown messages a killed job prints. Timed lines before
+        it are counted up to ``CADENCE`` (enough to show the output was stamped regularly)."""
+        untimed = untimed_bytes = 0
+        found: tuple[datetime, int, int] | None = None
+        timed_before = 0
         for data, lineno, offset, cut in reversed(self.blocks):
             lines = data.split(b"\n")
             starts = [0]
@@ -214,12 +218,22 @@ class _Tail:
                     when = parse_prefix(raw, tz=ctx.tz, reference=ctx.reference).time
                 except Exception:
                     when = None
-                if when is None:
-                    untimed += starts[index] not in picked
+                if found is not None:
+                    timed_before += when is not None
+                    if timed_before >= CADENCE:
+                        break
+                elif when is None:
+                    if starts[index] not in picked:
+                        untimed += 1
+                        untimed_bytes += len(lines[index])
                 elif when < cutoff:
                     line = lineno + index if lineno else 0
-                    return when, line, offset + starts[index], untimed
-        return None
+                    found = (when, line, offset + starts[index])
+            if found is not None and timed_before >= CADENCE:
+                break
+        if found is None:
+            return None
+        return (*found, untimed, untimed_bytes, timed_before)
 
 
 @dataclass(slots=True)
@@ -416,13 +430,14 @@ class SourceReader:
         found = tail.last_time_before(cutoff, self.ctx, selector)
         if found is None:
             return None
-        when, lineno, offset, untimed = found
+        when, lineno, offset, untimed, untimed_bytes, timed_before = found
         silent = (end - when).total_seconds()
         share = silent / max(1.0, (end - start).total_seconds())
         text = (
             f"{LAST_OUTPUT} at {when:%Y-%m-%dT%H:%M:%S}Z: silent for {silent / 60:.0f} min"
             f" ({silent:.0f} s, share {share:.2f} of the run) before the job ended;"
-            f" {untimed} untimed ordinary line(s) after it"
+            f" {untimed} untimed ordinary line(s) ({untimed_bytes} bytes) after it;"
+            f" {timed_before} timed line(s) before it"
         )
         return LogLine(
             stream=self.spec.stream,
