@@ -312,6 +312,17 @@ def test_job_output_ends_with_a_last_output_line(tmp_path: Path, ruleset: RuleSe
     )
     lines, _ = _read(SourceSpec(Stream.JOB_STDERR, None, [progress]), ctx)
     assert "; 30 untimed ordinary line(s)" in lines[-1].text
+    # a file longer than the tail searched: the line number still counts from the top
+    long = tmp_path / "long.log"
+    long.write_text(
+        "".join(
+            f"[2025-06-01 00:{i // 600:02d}:{i % 60:02d},000] [INFO] step {i}\n"
+            for i in range(20000)
+        )
+        + "[2025-06-01 03:59:30,000] torch: Received Signals.SIGTERM death signal\n"
+    )
+    lines, _ = _read(SourceSpec(Stream.JOB_STDOUT, None, [long]), ctx)
+    assert lines[-1].source.line == 20000 and "5 timed line(s) before it" in lines[-1].text
     # node logs get none, and neither does a job record without both times
     lines, _ = _read(SourceSpec(Stream.KERNEL, "n1", [hung]), ctx)
     assert all(line.ident != SYNTHETIC_IDENT for line in lines)

@@ -182,11 +182,14 @@ class _Tail:
     blocks: list[tuple[bytes, int, int, bool]] = field(default_factory=list)
     size: int = 0
 
-    def push(self, block: bytes, lineno: int, offset: int) -> None:
+    def push(self, block: bytes, lineno: int, offset: int, newlines: int) -> None:
+        """Keep ``block`` (its first line is ``lineno``, 0 if unknown; it holds ``newlines``
+        newlines, already counted by the reader) as far as the tail needs it."""
         cut = max(0, len(block) - TAIL_BYTES)
         if cut:
-            lineno = lineno + block.count(b"\n", 0, cut) if lineno else 0
-            self.blocks.append((block[cut:], lineno, offset + cut, True))
+            kept = block[cut:]
+            lineno = lineno + newlines - kept.count(b"\n") if lineno else 0
+            self.blocks.append((kept, lineno, offset + cut, True))
         else:
             self.blocks.append((block, lineno, offset, False))
         self.size += len(block) - cut
@@ -513,8 +516,6 @@ class SourceReader:
                     carry = buf
                 continue
             block, carry = buf[:cut], buf[cut:]
-            if tail is not None:
-                tail.push(block, lineno + 1 if known else 0, offset)
             stats.bytes += len(block)
             picked, owed = self._pick(block, selector, follow, owed, head_left)
             stats.truncated += sum(1 for _ in _long_lines(block, max_line))
@@ -528,7 +529,10 @@ class SourceReader:
                 yield _Raw(
                     lineno + counted + 1 if known else 0, offset + start, raw[:max_line], emit
                 )
-            n_lines = counted + block.count(b"\n", pos) + (0 if block.endswith(b"\n") else 1)
+            newlines = counted + block.count(b"\n", pos)
+            n_lines = newlines + (0 if block.endswith(b"\n") else 1)
+            if tail is not None:
+                tail.push(block, lineno + 1 if known else 0, offset, newlines)
             head_left = max(0, head_left - n_lines)
             lineno += n_lines
             stats.lines += n_lines
@@ -562,13 +566,17 @@ class SourceReader:
         if size <= offset:
             return None
         step = max(PROBE, (size - offset) // probes)
-        starts = [*range(offset + step // 2, size, step), max(offset, size - 4 * PROBE)]
+        tail = max(offset, size - 2 * PROBE)
+        starts = [*range(offset + step // 2, size, step), tail]
         for at in starts:
             try:
-                data = os.pread(handle.fileno(), 4 * PROBE, at)
+                data = os.pread(handle.fileno(), 2 * PROBE, at)
             except OSError:
                 return None
-            for line in data.split(b"\n")[1:-1]:  # whole lines only
+            # two whole lines per probe (the file's last two at its end): a clock that went back
+            # stays back, and parsing every probed line cost seconds on a 1,024-node job
+            whole = data.split(b"\n")[1:]
+            for line in whole[-3:] if at == tail else whole[:-1][:2]:
                 p = parse_prefix(
                     decode_line(line[: self.ctx.max_line]),
                     tz=self.ctx.tz,
