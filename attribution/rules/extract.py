@@ -230,7 +230,8 @@ class Extractor:
                     sev = str(row[emit.lookup.severity_from]).upper()
                     if sev in Severity.__members__:
                         severity = Severity[sev]
-        values = {**fields, "node": line.node, "host": line.host, "rank": line.rank}
+        # the line's own identity, unless the rule extracted a field of the same name
+        values = {"node": line.node, "host": line.host, "rank": line.rank, **fields}
         node = line.node
         if emit.node:
             named = render(emit.node, values, unknown="")
