@@ -464,7 +464,10 @@ def _note_timeouts(
     notes: dict[tuple[Stream, str | None], list[str]] = defaultdict(list)
     for (stream, node, rule), count in sorted(timeouts.items(), key=str):
         key = (stream, None if stream in JOB_STREAMS else node)
-        notes[key].append(f"{count} line(s) skipped by {rule}: its pattern ran out of time")
+        notes[key].append(
+            f"{count} line(s) skipped by {rule}: its pattern ran out of time"
+            " (after 20 such lines a rule is not tried again in the job)"
+        )
     out = []
     for c in coverage:
         extra = notes.get((c.stream, c.node))

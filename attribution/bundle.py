@@ -95,13 +95,13 @@ def _entries(directory: Path, root: Path) -> tuple[list[Path], str | None]:
     """The visible entries of a bundle directory, sorted, or why it cannot be listed
     (absent is not a problem: that source is just missing)."""
     shown = _display(root, directory) + "/"
-    if not directory.exists() and not directory.is_symlink():
-        return [], None
-    if not directory.is_dir() or not _inside(root, directory):
-        return [], f"{shown}: not a directory inside the bundle, not read"
     try:
+        if not directory.exists() and not directory.is_symlink():
+            return [], None
+        if not directory.is_dir() or not _inside(root, directory):
+            return [], f"{shown}: not a directory inside the bundle, not read"
         return sorted(p for p in directory.iterdir() if not p.name.startswith(".")), None
-    except OSError as exc:
+    except OSError as exc:  # e.g. a parent directory we may not enter
         return [], f"{shown}: cannot list: {exc.strerror or exc}"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -350,7 +351,7 @@ class Viewer:
     def owns(self, uid: Any, user: Any) -> bool:
         if self.admin:
             return True
-        if uid is not None and str(uid).isdigit():
+        if uid is not None and str(uid).isdecimal():
             return int(uid) == self.uid
         return user is not None and user == self.name
 
@@ -436,6 +437,8 @@ def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbo
     except AttributionError as exc:
         _show_from_sacct(job, viewer, f"the verdict store is not readable ({exc})", as_json)
         return
+    except sqlite3.Error as exc:
+        fail(f"{path}: the verdict store cannot be read: {exc}")
     if not found:
         fail(
             f"no verdict for job {job} in {path} (not processed yet? "
@@ -485,6 +488,8 @@ def _since(value: str) -> str:
         return str(to_jsonable(datetime(1970, 1, 1, tzinfo=UTC)))
     try:
         start = datetime.now(UTC) - timedelta(seconds=parse_duration(value))
+    except OverflowError:
+        start = datetime(1970, 1, 1, tzinfo=UTC)  # further back than any job
     except ValueError:
         parsed = parse_iso(value)
         if parsed is None:
@@ -529,7 +534,13 @@ _LIST_STATES = [t.value for t in TerminalState] + [
 )
 @click.option("--node", help="Jobs that ran on these nodes or blame one (a hostlist: gpu[01-08]).")
 @click.option("--user", help="Jobs of USER (administrators only; users see their own).")
-@click.option("--limit", type=int, default=200, show_default=True, help="At most this many rows.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1_000_000),
+    default=200,
+    show_default=True,
+    help="At most this many rows.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 def list_(
     config_path: str | None,
@@ -580,6 +591,8 @@ def list_(
             rows = list(store.rows(" AND ".join(where), params, limit=limit))
     except AttributionError as exc:
         fail(f"{exc} (users without access to the store can still run 'sattr JOBID')")
+    except sqlite3.Error as exc:
+        fail(f"{path}: the verdict store cannot be read: {exc}")
     if as_json:
         _emit_json(rows)
         return
@@ -653,10 +666,8 @@ def enqueue(jobs: tuple[str, ...], config_path: str | None, retry_failed: bool) 
         for text in jobs:
             job = backend.get_job(JobRef.parse(text))
             old = [spool.dir(d) / job.key for d in ("done", "failed")]
-            reuse = next((p for p in old if p.is_file()), None)
-            if reuse is not None:
-                body = reuse.read_text(encoding="utf-8", errors="replace")
-            else:
+            body = next((t for p in old if (t := _read_spool_entry(p)) is not None), None)
+            if body is None:
                 env = {
                     "SLURM_JOB_ID": job.job_id,
                     "SLURM_CLUSTER_NAME": job.cluster or "",
@@ -679,6 +690,21 @@ def enqueue(jobs: tuple[str, ...], config_path: str | None, retry_failed: bool) 
             click.echo(f"enqueued job {job.display_id} as {job.key}")
     except AttributionError as exc:
         fail(str(exc))
+
+
+def _read_spool_entry(path: Path) -> str | None:
+    """The text of a spool entry, or None: never through a link, only a regular file of at most
+    1 MiB (the spool is writable by SlurmUser; sattr runs as root)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        return fh.read(1 << 20).decode("utf-8", errors="replace")
 
 
 @main.command()

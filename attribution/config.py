@@ -143,7 +143,7 @@ class Reading(_Strict):
 class Retries(_Strict):
     """Retries of a spool entry that failed (Slurm unreachable, job not in sacct yet)."""
 
-    max_attempts: int = Field(default=5, ge=1, le=100)
+    max_attempts: int = Field(default=10, ge=1, le=100)
     backoff: Duration = 30.0
     backoff_max: Duration = 3600.0
 

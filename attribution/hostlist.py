@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from ClusterShell.NodeSet import (
@@ -39,6 +40,8 @@ def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
         part = str(part).strip()
         if not part or part.lower() in {"none", "none assigned", "(null)"}:
             continue
+        if _upper_bound(part) > MAX_NODES:  # before ClusterShell builds the ranges
+            raise HostlistError(f"node list {part[:80]!r} names more than {MAX_NODES:,} nodes")
         try:
             nodeset = NodeSet(part, resolver=RESOLVER_NOGROUP)
             if len(nodeset) + len(out) > MAX_NODES:
@@ -51,6 +54,28 @@ def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
                 seen.add(name)
                 out.append(name)
     return tuple(out)
+
+
+_BRACKET = re.compile(r"\[([^\]]*)\]")
+_RANGE = re.compile(r"(\d+)-(\d+)")
+
+
+def _upper_bound(expr: str) -> int:
+    """At most how many names ``expr`` can expand to: per comma-separated element, the product
+    of its bracket groups' sizes. Cheap and generous; only a guard against hostile lists."""
+    total = 0
+    for element in re.split(r",(?![^\[]*\])", expr):
+        count = 1
+        for group in _BRACKET.findall(element):
+            size = sum(
+                abs(int(m.group(2)) - int(m.group(1))) + 1 if (m := _RANGE.fullmatch(item)) else 1
+                for item in group.split(",")
+            )
+            count *= max(size, 1)
+            if count > MAX_NODES:
+                return count
+        total += count
+    return total
 
 
 def compress(nodes: Iterable[str]) -> str:
@@ -78,7 +103,7 @@ def _looks_like_ip(text: str) -> bool:
     if ":" in text:  # IPv6 (NCCL prints ::ffff:10.0.0.1 forms)
         return True
     parts = text.split(".")
-    return len(parts) == 4 and all(p.isdigit() for p in parts)
+    return len(parts) == 4 and all(p.isdecimal() for p in parts)
 
 
 def is_ip(text: str) -> bool:

@@ -68,7 +68,7 @@ def parse_time(value: Any, tz_name: str | None = None) -> datetime | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return parse_epoch(str(value))
     text = str(value).strip()
-    if text.isdigit():
+    if text.isdecimal():
         return parse_epoch(text)
     return parse_iso(text, zone(tz_name))
 
@@ -111,8 +111,8 @@ def _time_limit(value: Any) -> int | None:
     days = 0
     if "-" in text:
         d, text = text.split("-", 1)
-        days = int(d) if d.isdigit() else 0
-    parts = [int(p) for p in text.split(":") if p.isdigit()]
+        days = int(d) if d.isdecimal() else 0
+    parts = [int(p) for p in text.split(":") if p.isdecimal()]
     if not parts:
         return None
     if len(parts) == 1:
@@ -204,10 +204,10 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
         sluid=text("sluid"),
         array_job_id=text("array_job_id"),
         array_task_id=text("array_task_id"),
-        restart_count=int(restart) if str(restart or "").isdigit() else 0,
+        restart_count=int(restart) if str(restart or "").isdecimal() else 0,
         name=text("name"),
         user=text("user"),
-        uid=int(uid) if str(uid or "").isdigit() else None,
+        uid=int(uid) if str(uid or "").isdecimal() else None,
         account=text("account"),
         partition=text("partition"),
         state=state,

@@ -22,6 +22,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import shutil
 import stat
@@ -48,7 +49,7 @@ class RetryPolicy:
     never more than ``backoff_max`` seconds.
     """
 
-    max_attempts: int = 5
+    max_attempts: int = 10
     backoff: float = 30.0
     backoff_max: float = 3600.0
 
@@ -152,7 +153,7 @@ class Spool:
         """
         path = self.root / LOCK_NAME
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = _open_private(path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise SpoolError(
                 f"cannot open lock: {exc.strerror or exc}", Location(str(path))
@@ -349,7 +350,7 @@ class Spool:
         tmp = self.dir("tmp") / f"{key}.{os.getpid()}"
         dst = self.dir("new") / key
         try:
-            tmp.write_text(text, encoding="utf-8")
+            _write_new(tmp, text)
             os.replace(tmp, dst)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
@@ -367,16 +368,20 @@ class Spool:
         for name, age in (("done", retention), ("tmp", STALE_TMP_SECONDS)):
             for path in self.dir(name).iterdir():
                 try:
-                    if now - path.stat().st_mtime > age:
-                        path.unlink()
+                    if now - path.lstat().st_mtime > age:
+                        if path.is_dir() and not path.is_symlink():
+                            shutil.rmtree(path)  # (rmtree never follows links out of the tree)
+                        else:
+                            path.unlink()
                         removed += 1
-                except FileNotFoundError:
+                except OSError:  # gone meanwhile, or not ours to remove: never stop the worker
                     continue
         for path in self.dir("retry").iterdir():
             key = path.name.removesuffix(".json")
             if not (self.dir("new") / key).exists() and not (self.dir("work") / key).exists():
-                path.unlink(missing_ok=True)
-                removed += 1
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    removed += 1
         return removed
 
     def counts(self) -> dict[str, int]:
@@ -390,17 +395,69 @@ class Spool:
         return out
 
     def _retry_state(self, key: str) -> dict[str, Any]:
+        """The retry state of ``key``, with values of the right types (the spool is writable by
+        SlurmUser: a hand-edited or planted file must not stop the worker)."""
         path = self.dir("retry") / f"{key}.json"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    return {}
+                data = json.loads(fh.read(MAX_ENTRY_BYTES).decode("utf-8"))
+        except (OSError, ValueError, RecursionError):
             return {}
-        return data if isinstance(data, dict) else {}
+        if not isinstance(data, dict):
+            return {}
+        out: dict[str, Any] = {}
+        attempts = data.get("attempts")
+        if isinstance(attempts, int) and not isinstance(attempts, bool) and 0 <= attempts < 10**6:
+            out["attempts"] = attempts
+        next_at = data.get("next_at")
+        if (
+            isinstance(next_at, int | float)
+            and not isinstance(next_at, bool)
+            and math.isfinite(next_at)
+        ):
+            out["next_at"] = float(next_at)
+        errors = data.get("errors")
+        if isinstance(errors, list):
+            out["errors"] = [
+                (float(e[0]), str(e[1])[:2000])
+                for e in errors[-10:]
+                if isinstance(e, list | tuple)
+                and len(e) == 2
+                and isinstance(e[0], int | float)
+                and math.isfinite(e[0])
+            ]
+        return out
 
     def _write_atomic(self, path: Path, text: str) -> None:
+        """Write ``path`` through a new temporary file beside it (never through a link)."""
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(text, encoding="utf-8")
+        _write_new(tmp, text)
         os.replace(tmp, path)
+
+
+def _open_private(path: Path, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` that never follows a link: a link planted where we create a file is removed
+    (the spool's directories are writable by SlurmUser; the worker runs as root)."""
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    path.unlink()  # a symbolic link: remove the link itself, then create the file
+    return os.open(path, flags | os.O_EXCL, mode)
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Create ``path`` afresh (removing whatever is there, a link included) and write ``text``."""
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 __all__ = ["SUBDIRS", "Claimed", "Pending", "RetryPolicy", "Spool"]

@@ -77,7 +77,7 @@ def parse_iso(text: str, tz: tzinfo = UTC) -> datetime | None:
     if candidate.endswith(("Z", "z")):
         candidate = candidate[:-1] + "+00:00"
     # "+0500" -> "+05:00" (journal short-iso)
-    if len(candidate) > 5 and candidate[-5] in "+-" and candidate[-4:].isdigit():
+    if len(candidate) > 5 and candidate[-5] in "+-" and candidate[-4:].isdecimal():
         candidate = candidate[:-2] + ":" + candidate[-2:]
     try:
         return plausible(to_utc(datetime.fromisoformat(candidate), tz))

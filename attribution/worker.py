@@ -48,7 +48,8 @@ PRUNE_EVERY = 3600.0
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What happened to one entry: ``saved``, ``dropped``, ``retry`` or ``failed``."""
+    """What happened to one entry: ``saved``, ``dropped``, ``retry``, ``failed`` or ``stuck``
+    (the spool could not record a retry: the entry stays in ``work/`` until the next start)."""
 
     key: str
     result: str
@@ -167,13 +168,11 @@ class Worker:
         key = claimed.key
         try:
             entry = parse_entry(claimed.text, source=str(claimed.path), mtime=claimed.spooled_at)
-        except SpoolError as exc:
-            self.spool.retry(claimed, f"malformed entry: {exc}", permanent=True)
-            return Outcome(key, "failed", str(exc))
+            ref = JobRef.from_env(entry.env)
+        except Exception as exc:  # SpoolError, or anything odd in a hand-made entry
+            return self._retry(claimed, f"malformed entry: {exc}", permanent=True)
         try:
-            job = self.backend.get_job(
-                JobRef.from_env(entry.env), entry.env, spooled_at=claimed.spooled_at
-            )
+            job = self.backend.get_job(ref, entry.env, spooled_at=claimed.spooled_at)
             if job.key != key:
                 log.debug("entry %s resolves to key %s", key, job.key)
             if job_passed(job) and not self.config.record_pass:
@@ -204,9 +203,14 @@ class Worker:
             f"{cause}; admin comment {status}",
         )
 
-    def _retry(self, claimed: Claimed, error: str) -> Outcome:
-        if self.spool.retry(claimed, error):
-            return Outcome(claimed.key, "retry", error)
+    def _retry(self, claimed: Claimed, error: str, *, permanent: bool = False) -> Outcome:
+        try:
+            if self.spool.retry(claimed, error, permanent=permanent):
+                return Outcome(claimed.key, "retry", error)
+        except OSError as exc:  # a full or read-only spool: the entry stays in work/ for now
+            return Outcome(
+                claimed.key, "stuck", f"{error}; and the spool cannot record it: {exc.strerror}"
+            )
         return Outcome(claimed.key, "failed", error)
 
     # ------------------------------------------------------------------ the loop
@@ -225,11 +229,16 @@ class Worker:
             if item.ready_at > self.clock():
                 next_ready = item.ready_at if next_ready is None else min(next_ready, item.ready_at)
                 continue
-            claimed = self.spool.claim(item.key)
-            if claimed is None:
-                continue
-            outcome = self.process(claimed)
-            level = logging.WARNING if outcome.result in ("retry", "failed") else logging.INFO
+            try:
+                claimed = self.spool.claim(item.key)
+                if claimed is None:
+                    continue
+                outcome = self.process(claimed)
+            except (OSError, SpoolError) as exc:  # one entry must never stop the worker
+                outcome = Outcome(item.key, "stuck", f"spool: {exc}")
+            level = (
+                logging.WARNING if outcome.result in ("retry", "failed", "stuck") else logging.INFO
+            )
             log.log(level, "%s %s: %s", outcome.result, outcome.key, outcome.detail)
             outcomes.append(outcome)
         return outcomes, next_ready
@@ -257,7 +266,11 @@ class Worker:
             last_prune = 0.0
             while not self._stop.is_set():
                 if self.clock() - last_prune >= PRUNE_EVERY:
-                    removed = self.spool.prune(self.config.retention)
+                    try:
+                        removed = self.spool.prune(self.config.retention)
+                    except OSError as exc:
+                        log.warning("cannot prune the spool: %s", exc)
+                        removed = 0
                     if removed:
                         log.info("pruned %d old spool file(s)", removed)
                     last_prune = self.clock()

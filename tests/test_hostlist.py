@@ -28,3 +28,20 @@ def test_short_names() -> None:
 def test_roundtrip(numbers: set[int]) -> None:
     names = [f"n{i:04d}" for i in sorted(numbers)]
     assert sorted(expand(compress(names))) == names
+
+
+def test_a_hostile_node_list_is_refused_before_it_is_built() -> None:
+    """'n[0000000-9999999]' would cost ClusterShell gigabytes; it is refused up front."""
+    import resource
+
+    import pytest
+
+    from attribution.hostlist import MAX_NODES, HostlistError, expand
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(HostlistError, match="more than"):
+        expand("n[0000000-9999999]")
+    with pytest.raises(HostlistError, match="more than"):
+        expand("a[1-1000]b[1-1000]")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB
+    assert len(expand(f"n[1-{MAX_NODES}]")) == MAX_NODES

@@ -115,7 +115,7 @@ def expand_ranges(text: str, limit: int = 100_000) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
         lo, _, hi = part.strip().partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
+        if not lo.isdecimal() or (hi and not hi.isdecimal()):
             continue
         first, last = int(lo), int(hi) if hi else int(lo)
         out.extend(range(first, min(last, first + limit) + 1))

@@ -28,6 +28,8 @@ from attribution.timeutil import parse_iso
 
 MAX_TEXT = 600
 REGEX_BUDGET = 0.25  # seconds one extractor's regex may spend on one line
+_UNSEEN = object()
+MAX_RULE_TIMEOUTS = 20  # lines one extractor may run out of time on before it is given up (5 s)
 _NCCL_INFO = "NCCL INFO "
 _SIZE = re.compile(r"\d+(?:\.\d+)?\s*(?:[KMGTPE]i?B?|B|bytes?)?", re.IGNORECASE)
 _ROLE_VALUES = frozenset(r.value for r in EventRole)
@@ -122,6 +124,10 @@ class Extractor:
         self._order = {ex.id: i for i, ex in enumerate(ruleset.extractors)}
         self._by_index = list(ruleset.extractors)
         self.timeouts: dict[tuple[Stream, str | None, str], int] = defaultdict(int)
+        self._timeouts_by_rule: dict[str, int] = defaultdict(int)
+        # the regex result per (extractor, message text): a job repeats its messages (a million
+        # ranks print the same NCCL error), and a match object can be read again
+        self._matches: dict[tuple[str, str], Any] = {}
         self._severity: dict[str, Severity] = {}
         self._label_names: dict[str, tuple[str, ...]] = {}
         self._labels: dict[tuple[Any, ...], str] = {}
@@ -162,18 +168,28 @@ class Extractor:
             allowed = ex.rule.match.ident
             if allowed and line.ident not in allowed and (line.ident or ex.synthetic_only):
                 continue  # e.g. "NVRM: Xid ..." written to syslog by a user's logger
+            if self._timeouts_by_rule[ex.id] >= MAX_RULE_TIMEOUTS:
+                self.timeouts[(line.stream, line.node, ex.id)] += 1  # given up on for this job
+                continue
             text = line.text
             if ex.rule.match.continuation and following:
                 if adjacent is None:
                     adjacent = _adjacent(line, following)
                 extra = [f.text for f in adjacent[: ex.rule.match.continuation]]
                 text = "\n".join([text, *extra])
-            try:
-                m = ex.regex.search(text, timeout=REGEX_BUDGET)
-            except TimeoutError:
-                # a pattern that backtracks badly on this line: skip it, say so in coverage
-                self.timeouts[(line.stream, line.node, ex.id)] += 1
-                continue
+            key = (ex.id, text)
+            m = self._matches.get(key, _UNSEEN)
+            if m is _UNSEEN:
+                try:
+                    m = ex.regex.search(text, timeout=REGEX_BUDGET)
+                except TimeoutError:
+                    # a pattern that backtracks badly on this line: skip it, say so in coverage
+                    self.timeouts[(line.stream, line.node, ex.id)] += 1
+                    self._timeouts_by_rule[ex.id] += 1
+                    continue
+                if len(self._matches) >= 4096:
+                    self._matches.clear()
+                self._matches[key] = m
             if m is None:
                 continue
             found.append((ex.rule.emit.fallback, self._event(ex, m, line)))

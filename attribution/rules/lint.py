@@ -188,8 +188,12 @@ def check_templates(ruleset: RuleSet) -> list[Issue]:
     return issues
 
 
-# a group that repeats something already repeated: (a+)+, (\w*)*, (x+|y)+ ...
-_NESTED = re.compile(r"\((?:\?[:P]?(?:<\w+>)?)?(?:[^()\\]|\\.)*[+*}]\)[+*]")
+# a group that repeats something already repeated: (a+)+, (\w*)*, (x+|y)+ ...; or a repeated
+# group of alternatives that can overlap: (?:a|aa)+
+_NESTED = re.compile(
+    r"\((?:\?[:P]?(?:<\w+>)?)?(?:[^()\\]|\\.)*[+*}]\)[+*]"
+    r"|\((?:\?[:P]?(?:<\w+>)?)?(?:[^()\\]|\\.)*\|(?:[^()\\]|\\.)*\)[+*{]"
+)
 # an unbounded wildcard: .* .+ .*? .+? (not [^x]* and not .{0,N})
 _WILD = re.compile(r"(?<!\\)\.[+*]")
 
@@ -222,19 +226,20 @@ _FILLERS = ("a", " ", ",", "a ", "a,", "=,", ": ", "0.", "\t")
 
 def _slowest(ex: CompiledExtractor, length: int = 6000, budget: float = 0.2) -> float:
     """Seconds the extractor's regex takes on the worst of some hostile lines: one of its
-    literals followed (directly or after a space) by a long run of a filler (capped at
-    ``budget``)."""
+    literals followed (directly or after a space) by a long run of a filler, with or without a
+    character that fails the match at the end (capped at ``budget``)."""
     worst = 0.0
     for literal in ex.literals[:4] or ("",):
         for filler in _FILLERS:
             for joint in ("", " "):
-                text = literal + joint + filler * (length // len(filler))
-                started = time.perf_counter()
-                try:
-                    ex.regex.search(text, timeout=budget)
-                except TimeoutError:
-                    return budget
-                worst = max(worst, time.perf_counter() - started)
+                for end in ("", "!"):  # a run that fails only at its very end backtracks most
+                    text = literal + joint + filler * (length // len(filler)) + end
+                    started = time.perf_counter()
+                    try:
+                        ex.regex.search(text, timeout=budget)
+                    except TimeoutError:
+                        return budget
+                    worst = max(worst, time.perf_counter() - started)
     return worst
 
 

@@ -278,6 +278,9 @@ def compile_extractor(
     )
 
 
+MAX_RULE_FILE_BYTES = 2 << 20  # the largest shipped file (the XID table) is about 60 KiB
+
+
 def shipped_rules_dir() -> Path:
     """The ruleset that ships with this package (wheel or source checkout)."""
     from attribution.paths import rules_dir
@@ -331,6 +334,14 @@ def load_ruleset(
             if rel and rel[0] == "schema":
                 continue
             try:
+                if path.stat().st_size > MAX_RULE_FILE_BYTES:
+                    errors.append(
+                        RuleError(
+                            f"larger than {MAX_RULE_FILE_BYTES >> 20} MiB; not a rule file",
+                            Location(str(path)),
+                        )
+                    )
+                    continue
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 errors.append(RuleError(f"cannot read rule file: {exc}", Location(str(path))))

@@ -96,15 +96,33 @@ class JobRef:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> JobRef:
-        """The job an EpilogSlurmctld environment describes."""
+        """The job an EpilogSlurmctld environment describes.
+
+        Raises:
+            SlurmError: when an id is not a number (or the SLUID not a SLUID): such a value
+                must never reach a Slurm command's arguments.
+        """
         restart = env.get("SLURM_JOB_RESTART_COUNT", "")
+        ids = {
+            name: env.get(name) or None
+            for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID")
+        }
+        for name, value in ids.items():
+            if value is not None and not (value.isascii() and value.isdecimal()):
+                raise SlurmError(f"{name}={value[:40]!r} is not a job id")
+        sluid = env.get("SLURM_JOB_SLUID") or None
+        if sluid is not None and not _SLUID.match(sluid):
+            raise SlurmError(f"SLURM_JOB_SLUID={sluid[:40]!r} is not a SLUID")
+        cluster = env.get("SLURM_CLUSTER_NAME") or None
+        if cluster is not None and not re.fullmatch(r"[\w.-]{1,64}", cluster):
+            raise SlurmError(f"SLURM_CLUSTER_NAME={cluster[:40]!r} is not a cluster name")
         return cls(
-            job_id=env.get("SLURM_JOB_ID") or None,
-            array_job_id=env.get("SLURM_ARRAY_JOB_ID") or None,
-            array_task_id=env.get("SLURM_ARRAY_TASK_ID") or None,
-            cluster=env.get("SLURM_CLUSTER_NAME") or None,
-            restart_count=int(restart) if restart.isdigit() else None,
-            sluid=env.get("SLURM_JOB_SLUID") or None,
+            job_id=ids["SLURM_JOB_ID"],
+            array_job_id=ids["SLURM_ARRAY_JOB_ID"],
+            array_task_id=ids["SLURM_ARRAY_TASK_ID"],
+            cluster=cluster,
+            restart_count=int(restart) if restart.isascii() and restart.isdecimal() else None,
+            sluid=sluid,
         )
 
     @classmethod

@@ -26,7 +26,7 @@ from attribution.errors import SlurmError
 from attribution.model import JobRecord
 from attribution.slurm import FINAL_STATES, CommentField, JobRef, NotReady
 from attribution.slurm.parse import group_steps, parse_sacct, parse_scontrol
-from attribution.slurm.resolve import SACCT_FIELDS, build_job_record, pick_record
+from attribution.slurm.resolve import SACCT_FIELDS, SACCT_TEXT, build_job_record, pick_record
 
 DELIMITER = "\x1f"  # ASCII unit separator: never in the fields we ask for
 _VERSION = re.compile(r"(\d+)\.(\d+)")
@@ -132,6 +132,19 @@ class CliBackend:
         result = self.run("sacct", args, ok=lambda r: r.rc == 0)
         return parse_sacct(result.out, SACCT_FIELDS, delimiter=DELIMITER)
 
+    def sacct_text(self, ref: JobRef, job_id_raw: str) -> dict[str, str]:
+        """The free-text fields (SACCT_TEXT) of one run: the first row of that JobIDRaw, the
+        real one (a newline in the job name can only add rows after it)."""
+        args = ["-P", "-n", "-D", f"--delimiter={DELIMITER}", "-j", ref.query_id]
+        if ref.cluster:
+            args += ["-M", ref.cluster]
+        args += ["-o", ",".join(SACCT_TEXT)]
+        result = self.run("sacct", args, ok=lambda r: r.rc == 0)
+        for row in parse_sacct(result.out, SACCT_TEXT, delimiter=DELIMITER):
+            if row.get("JobIDRaw") == job_id_raw:
+                return {k: v for k, v in row.items() if k != "JobIDRaw"}
+        return {}
+
     def scontrol(self, ref: JobRef) -> dict[str, str] | None:
         """``scontrol show job -o`` while slurmctld still holds the job, else ``None``."""
         try:
@@ -155,6 +168,8 @@ class CliBackend:
         """See ``SlurmBackend.get_job``."""
         records = group_steps(self.sacct(ref))
         record = pick_record(records, spooled_at)
+        if record is not None and (raw := record.fields.get("JobIDRaw")):
+            record.fields.update(self.sacct_text(ref, raw))
         ctl = self.scontrol(ref)
         if record is None and ctl is None:
             raise NotReady(f"job {ref.query_id} is not in sacct or scontrol (yet)")

@@ -275,7 +275,7 @@ def parse_entry(text: str, *, source: str = "<entry>", mtime: float | None = Non
     if not env.get("SLURM_JOB_ID"):
         raise SpoolError("entry has no SLURM_JOB_ID", Location(source))
     epoch = header.get("epoch", "")
-    spooled_at = float(epoch) if epoch.isdigit() else mtime
+    spooled_at = float(epoch) if epoch.isdecimal() else mtime
     return HookEntry(key=key_from_env(env), env=env, header=header, spooled_at=spooled_at)
 
 

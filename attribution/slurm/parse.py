@@ -104,14 +104,17 @@ def parse_scontrol(text: str) -> dict[str, str]:
     """Parse one job of ``scontrol show job -o`` (``Key=Value`` pairs) into a dict.
 
     A value runs until the next `` Key=``; values may contain spaces. Only the
-    first job is read when several are printed (one per line).
+    first job is read when several are printed (one per line). A key seen twice
+    keeps its last value: a job name (printed second, after JobId) that imitates
+    `` UserId=root(0)`` cannot override the real key printed after it.
     """
     line = text.strip().split("\n", 1)[0]
     out: dict[str, str] = {}
     matches = list(_SCONTROL_KEY.finditer(line))
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        out.setdefault(m.group(1), line[m.end() : end].strip())
+        if m.group(1) != "JobId" or "JobId" not in out:  # JobId is printed first
+            out[m.group(1)] = line[m.end() : end].strip()
     return out
 
 
@@ -176,7 +179,7 @@ def expand_output_pattern(pattern: str, f: PatternFields) -> str:
                 i += 2
                 continue
             j = i + 1
-            while j < len(pattern) and pattern[j].isdigit():
+            while j < len(pattern) and pattern[j].isdecimal():
                 j += 1
             symbol = pattern[j] if j < len(pattern) else ""
             if symbol not in values:
@@ -185,7 +188,7 @@ def expand_output_pattern(pattern: str, f: PatternFields) -> str:
                 continue
             value = values[symbol] or ""
             width = min(int(pattern[i + 1 : j]), 10) if j > i + 1 else 0
-            if width and symbol in _NUMERIC and value.isdigit():
+            if width and symbol in _NUMERIC and value.isdecimal():
                 value = value.zfill(width)
             parts.append(value)
             i = j + 1

@@ -30,8 +30,11 @@ from attribution.slurm.parse import (
     split_jobid,
 )
 
-# sacct -o fields the CLI backend asks for (all exist in 22.05; see sacct -e). The one
-# free-text field, AdminComment, comes last so that parse_sacct can keep it whole.
+# sacct -o fields the CLI backend asks for (all exist in 22.05; see sacct -e). The first call
+# asks only for fields a job's owner cannot write (SACCT_FIELDS); the free-text ones (SACCT_TEXT:
+# a job name or work directory may hold the delimiter or a newline and forge a record) come in a
+# second call whose rows can only ever change those texts.
+SACCT_TEXT = ("JobIDRaw", "WorkDir", "JobName", "AdminComment")
 SACCT_FIELDS = (
     "JobID",
     "JobIDRaw",
@@ -48,9 +51,6 @@ SACCT_FIELDS = (
     "End",
     "Timelimit",
     "NodeList",
-    "WorkDir",
-    "JobName",
-    "AdminComment",
 )
 
 _UID = re.compile(r"\((\d+)\)")
@@ -79,7 +79,7 @@ def pick_record(records: list[SacctRecord], spooled_at: float | None) -> SacctRe
         timed = [
             (abs(float(end) - spooled_at), i)
             for i, r in enumerate(records)
-            if (end := r.fields.get("End", "")).isdigit()
+            if (end := r.fields.get("End", "")).isdecimal()
         ]
         if timed:
             return records[min(timed)[1]]
@@ -90,7 +90,7 @@ def _worst_step_exit(steps: list[dict[str, str]]) -> str | None:
     worst: tuple[int, int] | None = None
     for step in steps:
         status, _, signal = (step.get("ExitCode") or "").partition(":")
-        if status.isdigit() and signal.isdigit():
+        if status.isdecimal() and signal.isdecimal():
             pair = (int(status), int(signal))
             if worst is None or pair > worst:
                 worst = pair
@@ -122,7 +122,7 @@ def build_job_record(
     data["job_id"] = job_id
     array_job, array_task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
     parsed = split_jobid(acct.get("JobID", "")) if acct else None
-    if parsed and parsed[1] and parsed[1].isdigit():
+    if parsed and parsed[1] and parsed[1].isdecimal():
         array_job, array_task = parsed[0], parsed[1]
     if ctl and _val(ctl, "ArrayTaskId") and _val(ctl, "ArrayJobId"):
         array_job = array_job or ctl["ArrayJobId"]
@@ -134,15 +134,17 @@ def build_job_record(
     data["restart_count"] = first(env.get("SLURM_JOB_RESTART_COUNT"), _val(ctl, "Restarts"))
 
     # who and where
+    # the owner decides which files the worker may read for the job: the spooled environment
+    # (set by slurmctld) comes first; scontrol's text, where a job name can imitate keys, last
     ctl_user = _val(ctl, "UserId")
     data["user"] = first(
+        env.get("SLURM_JOB_USER"),
         _val(acct, "User"),
         ctl_user.split("(", 1)[0] if ctl_user else None,
-        env.get("SLURM_JOB_USER"),
     )
     uid_match = _UID.search(ctl_user or "")
     data["uid"] = first(
-        _val(acct, "UID"), uid_match.group(1) if uid_match else None, env.get("SLURM_JOB_UID")
+        env.get("SLURM_JOB_UID"), _val(acct, "UID"), uid_match.group(1) if uid_match else None
     )
     data["name"] = first(_val(acct, "JobName"), _val(ctl, "JobName"), env.get("SLURM_JOB_NAME"))
     data["account"] = first(
@@ -201,4 +203,4 @@ def build_job_record(
     return job_from_dict(data, source="slurm")
 
 
-__all__ = ["SACCT_FIELDS", "build_job_record", "pick_record"]
+__all__ = ["SACCT_FIELDS", "SACCT_TEXT", "build_job_record", "pick_record"]

@@ -491,6 +491,11 @@ class SourceReader:
             except DECODE_ERRORS as exc:
                 stats.error = f"read error after {stats.lines} lines: {exc}"
                 return
+            if b"\x00" in data:
+                # a crash leaves NUL padding where lost data was, and the next message follows it
+                # on the same "line": a NUL run ends a line (same length, so offsets hold)
+                stats.binary_lines += len(_NUL_RUN.findall(data))
+                data = _NUL_RUN.sub(_blank_line, data)
             if long_skip:  # dropping the rest of an over-long line
                 nl = data.find(b"\n")
                 if nl < 0 and data:
@@ -542,7 +547,19 @@ class SourceReader:
                 if last is not None and last > stop:
                     back = self._clock_goes_back(handle, offset, stop)
                     if back is None:
-                        self.notes.append(f"{shown}: stopped at byte {offset}, past the job window")
+                        first = _first_stamp(block.split(b"\n"), ctx) if base == 0 else None
+                        if first is not None and first > stop and offset == len(block):
+                            # nothing of this file lies in the window: say so, a node whose
+                            # clock runs ahead would otherwise look merely quiet
+                            self.notes.append(
+                                f"{shown}: every line is stamped after the job window (from"
+                                f" {first:%Y-%m-%d %H:%M}Z); if this node's clock runs ahead,"
+                                " its events during the job are hidden"
+                            )
+                        else:
+                            self.notes.append(
+                                f"{shown}: stopped at byte {offset}, past the job window"
+                            )
                         return
                     # a clock set ahead (a node booted with a wrong RTC, then NTP stepped it
                     # back): later lines are inside the window after all; read on to the end
@@ -794,6 +811,13 @@ def _long_lines(block: bytes, max_line: int) -> Iterator[int]:
         if end - start >= max_line:
             last = start
             yield start
+
+
+_NUL_RUN = re.compile(rb"\x00+")
+
+
+def _blank_line(m: re.Match[bytes]) -> bytes:
+    return b" " * (len(m.group()) - 1) + b"\n"
 
 
 def _nul_lines(block: bytes) -> int:

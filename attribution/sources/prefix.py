@@ -135,14 +135,14 @@ def _peel_one(text: str, out: Prefix, tz: tzinfo, ref: datetime | None) -> int |
         if len(text) - len(body) <= 4 and _BRACKET_ISO.match(body):
             return len(text) - len(body)
         return None
-    if first.isdigit():
+    if first.isdecimal():
         m = _KMSG.match(text)
         if m:
             if out.uptime is None:
                 out.uptime = int(m.group("usec")) / 1e6
             return m.end()
         m = _SYSLOG_ISO.match(text)
-        if m and not m.group("host").isdigit():
+        if m and not m.group("host").isdecimal():
             _set_time(out, parse_iso(m.group("ts"), tz))
             out.host = out.host or m.group("host")
             out.ident = m.group("ident")

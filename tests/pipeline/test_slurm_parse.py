@@ -175,3 +175,51 @@ def test_times_are_utc_epochs() -> None:
     job = build_job_record(SacctRecord(fields=fields), None, {})
     assert job.start == datetime.fromtimestamp(1796019347, UTC)
     assert job.end is None
+
+
+def test_a_job_name_cannot_forge_the_record_or_the_owner() -> None:
+    """A job's owner controls its name (scontrol update JobName=...): a name holding sacct's
+    delimiter and a newline, or imitating scontrol keys, must not change the state, nodes or
+    owner the worker uses (adversarial review)."""
+    from collections.abc import Mapping, Sequence
+
+    from attribution.slurm import JobRef
+    from attribution.slurm.cli import DELIMITER, CliBackend, Completed
+    from attribution.slurm.parse import parse_scontrol
+
+    d = DELIMITER
+    core = d.join(
+        [
+            "777",
+            "777",
+            "c1",
+            "alice",
+            "1001",
+            "acct",
+            "gpu",
+            "FAILED",
+            "1:0",
+            "0:0",
+            "None",
+            "1767261600",
+            "1767265200",
+            "01:00:00",
+            "gn1",
+        ]
+    )
+    forged_name = f"x\n777{d}/tmp{d}y{d}\n"  # a second row for the same JobIDRaw
+    text = d.join(["777", "/home/alice", forged_name, ""])
+
+    def runner(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> Completed:
+        if argv[0].endswith("sacct"):
+            fields = argv[argv.index("-o") + 1]
+            return Completed(0, (text if "JobName" in fields else core) + "\n", "")
+        return Completed(1, "", "slurm_load_jobs error: Invalid job id specified")
+
+    job = CliBackend(runner=runner, retries=0).get_job(
+        JobRef.parse("777"), {"SLURM_JOB_UID": "1001", "SLURM_JOB_USER": "alice"}
+    )
+    assert (job.state, job.nodes, job.uid, job.user) == ("FAILED", ("gn1",), 1001, "alice")
+    assert job.work_dir == "/home/alice"  # the real row, not the forged one
+    ctl = parse_scontrol("JobId=5 JobName=x UserId=root(0) UserId=alice(1001) GroupId=a(1)")
+    assert ctl["UserId"] == "alice(1001)" and ctl["JobId"] == "5"

@@ -192,3 +192,50 @@ def test_entries_that_are_not_files_go_to_failed_without_blocking(spool_dir: Pat
     assert "not a hook entry" in (spool.dir("failed") / "c_3_0.error").read_text()
     claimed = spool.claim(good)
     assert claimed is not None and "SLURM_JOB_ID" in claimed.text
+
+
+def test_links_and_junk_planted_by_slurm_user_are_not_followed(spool_dir: Path) -> None:
+    """The spool's directories are writable by SlurmUser and the worker runs as root: a link
+    where the worker creates a file, a directory in tmp/, or a retry state of the wrong
+    types must neither be followed nor stop the worker (adversarial review)."""
+    import json
+
+    clock = Clock()
+    spool = Spool(spool_dir, clock=clock)
+    victim = spool_dir.parent / "victim"
+    victim.write_text("precious\n")
+    lock_target = spool_dir.parent / "made-by-lock"
+    (spool_dir / ".worker.lock").symlink_to(lock_target)
+    with spool.locked():
+        pass
+    assert not lock_target.exists() and not (spool_dir / ".worker.lock").is_symlink()
+    key = add(spool, 7, mtime=clock.now - 100)
+    claimed = spool.claim(key)
+    assert claimed is not None
+    planted = spool.dir("retry") / f".{key}.json.{os.getpid()}"
+    planted.symlink_to(victim)
+    assert spool.retry(claimed, "slurmdbd down")
+    assert victim.read_text() == "precious\n"
+    # wrong types in a retry state read as no state
+    (spool.dir("retry") / f"{key}.json").write_text(json.dumps({"attempts": "x", "next_at": [1]}))
+    again = spool.claim(key)
+    assert again is not None and again.attempts == 0
+    # a directory left in tmp/ long ago is pruned, not a crash
+    (spool.dir("tmp") / "olddir" / "sub").mkdir(parents=True)
+    os.utime(spool.dir("tmp") / "olddir", (clock.now - 7200, clock.now - 7200))
+    assert spool.prune(retention=60) >= 1
+    assert not (spool.dir("tmp") / "olddir").exists()
+
+
+def test_an_epoch_of_unicode_digits_is_not_a_crash() -> None:
+    """'²'.isdigit() is True but float('²') fails: header numbers must be ASCII decimals."""
+    from attribution.errors import SlurmError
+    from attribution.slurm import JobRef
+    from attribution.slurm.hookenv import parse_entry
+
+    text = "# attribution-spool 1 key=c_1_0 pid=1 epoch=\u00b2\nexport SLURM_JOB_ID='1'\n"
+    assert parse_entry(text, source="x", mtime=5.0).spooled_at == 5.0
+    with pytest.raises(SlurmError, match="not a job id"):
+        JobRef.from_env({"SLURM_JOB_ID": "--help"})
+    with pytest.raises(SlurmError, match="not a job id"):
+        JobRef.from_env({"SLURM_JOB_ID": "\u00b2"})
