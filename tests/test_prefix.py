@@ -17,6 +17,11 @@ REF = datetime(2025, 12, 18, 12, 0, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("line", "expected", "text"),
     [
+        (  # vLLM's logger: level, month-day, time (no year), file:line]
+            "INFO 12-01 23:16:33 distributed_gpu_executor.py:56] # GPU blocks: 185231",
+            datetime(2025, 12, 1, 23, 16, 33, tzinfo=UTC),
+            "# GPU blocks: 185231",
+        ),
         (  # Megatron-LM's training log line starts with a space (here behind an srun label)
             "0:  [2025-12-20 04:45:12] iteration     3229/   20000 | consumed samples: 1",
             datetime(2025, 12, 20, 4, 45, 12, tzinfo=UTC),

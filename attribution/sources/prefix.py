@@ -57,6 +57,12 @@ _GLOG = re.compile(
 _NEMO = re.compile(
     r"^\[NeMo (?P<level>[DIWEC]) (?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) [\w.]+:\d+\]\s?"
 )
+# vLLM's logger: "INFO 11-01 23:16:33 llm_engine.py:237] " or "... [llm_engine.py:237] "
+# (level, month-day, time; no year)
+_VLLM = re.compile(
+    r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mon>\d{2})-(?P<day>\d{2})"
+    r" (?P<clock>\d{2}:\d{2}:\d{2})(?:\.\d+)? \[?[\w./-]+:\d+\]\]?\s?"
+)
 # torchrun --tee / local_ranks_filter: "[rank3]:", "[default0]:"
 _RANK_TEE = re.compile(r"^\[(?P<kind>rank|default)(?P<rank>\d+)\]:\s?")
 # a bare pid tag some launchers add: "[80746] "
@@ -161,6 +167,11 @@ def _peel_one(text: str, out: Prefix, tz: tzinfo, ref: datetime | None) -> int |
         return None
     if first in "IWEF":
         m = _GLOG.match(text)
+        if m:
+            _set_time(out, _glog_time(m, tz, ref))
+            return m.end()
+    if first in "DIWEC":
+        m = _VLLM.match(text)
         if m:
             _set_time(out, _glog_time(m, tz, ref))
             return m.end()
