@@ -151,17 +151,40 @@ def test_backtest_scores_a_broken_case_as_an_error_and_goes_on(tmp_path: Path) -
     assert CliRunner().invoke(main, ["diagnose", str(good)]).exit_code == 0
 
 
-def test_unreadable_node_directory_is_coverage_not_a_crash(
-    tmp_path: Path, ruleset: RuleSet
+def test_unreadable_node_directories_are_coverage_not_a_crash(
+    tmp_path: Path, ruleset: RuleSet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads every directory; mode 000 means nothing to it")
+    """A node directory (or the whole nodes/) the reader may not enter is an ``unreadable``
+    coverage entry, never a traceback. Root may enter every directory, so as root the
+    permission error is raised by a stand-in for the file system calls (an edge only)."""
     bundle = _bundle(tmp_path / "b")
     (bundle / "nodes" / "n1" / "kern.log").write_text("x\n")
-    (bundle / "nodes" / "n1").chmod(0)
-    try:
-        _, verdict = diagnose_bundle(bundle, ruleset)
-    finally:
-        (bundle / "nodes" / "n1").chmod(0o755)
-    n1 = [c for c in verdict.coverage if c.node == "n1"]
-    assert n1 and all(c.status.value == "unreadable" for c in n1)
+    denied: set[Path] = set()
+    if os.geteuid() == 0:
+        real_stat, real_iterdir = Path.stat, Path.iterdir
+
+        def guarded(path: Path) -> None:
+            if any(path == d or d in path.parents for d in denied if path != d.parent):
+                raise PermissionError(13, "Permission denied", str(path))
+
+        def stat(self: Path, *, follow_symlinks: bool = True) -> os.stat_result:
+            if any(d in self.parents for d in denied):
+                raise PermissionError(13, "Permission denied", str(self))
+            return real_stat(self, follow_symlinks=follow_symlinks)
+
+        def iterdir(self: Path):  # type: ignore[no-untyped-def]
+            guarded(self)
+            return real_iterdir(self)
+
+        monkeypatch.setattr(Path, "stat", stat)
+        monkeypatch.setattr(Path, "iterdir", iterdir)
+    for target in (bundle / "nodes" / "n1", bundle / "nodes"):
+        denied = {target}
+        if os.geteuid() != 0:
+            target.chmod(0)
+        try:
+            _, verdict = diagnose_bundle(bundle, ruleset)
+        finally:
+            target.chmod(0o755)
+        n1 = {c.status.value for c in verdict.coverage if c.node == "n1"}
+        assert n1 == {"unreadable"}, (target, n1)
