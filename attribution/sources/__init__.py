@@ -494,8 +494,8 @@ class SourceReader:
             if b"\x00" in data:
                 # a crash leaves NUL padding where lost data was, and the next message follows it
                 # on the same "line": a NUL run ends a line (same length, so offsets hold)
-                stats.binary_lines += len(_NUL_RUN.findall(data))
-                data = _NUL_RUN.sub(_blank_line, data)
+                data, runs = _end_lines_at_nul_runs(data)
+                stats.binary_lines += runs
             if long_skip:  # dropping the rest of an over-long line
                 nl = data.find(b"\n")
                 if nl < 0 and data:
@@ -816,8 +816,22 @@ def _long_lines(block: bytes, max_line: int) -> Iterator[int]:
 _NUL_RUN = re.compile(rb"\x00+")
 
 
-def _blank_line(m: re.Match[bytes]) -> bytes:
-    return b" " * (len(m.group()) - 1) + b"\n"
+def _end_lines_at_nul_runs(data: bytes) -> tuple[bytes, int]:
+    """``data`` with each run of NUL bytes replaced by as many spaces ending in a newline, and
+    how many runs there were (found with ``bytes.find``: a regex scan of every block was a
+    tenth of the reading speed)."""
+    parts: list[bytes] = []
+    start = runs = 0
+    pos = data.find(b"\x00")
+    while pos != -1:
+        m = _NUL_RUN.match(data, pos)
+        assert m is not None
+        parts += [data[start:pos], b" " * (m.end() - pos - 1), b"\n"]
+        runs += 1
+        start = m.end()
+        pos = data.find(b"\x00", start)
+    parts.append(data[start:])
+    return b"".join(parts), runs
 
 
 def _nul_lines(block: bytes) -> int:
