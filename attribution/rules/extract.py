@@ -187,9 +187,10 @@ class Extractor:
                     self.timeouts[(line.stream, line.node, ex.id)] += 1
                     self._timeouts_by_rule[ex.id] += 1
                     continue
-                if len(self._matches) >= 4096:
-                    self._matches.clear()
-                self._matches[key] = m
+                if len(text) <= 512:  # a match keeps its text alive: short messages only
+                    if len(self._matches) >= 4096:
+                        self._matches.clear()
+                    self._matches[key] = m
             if m is None:
                 continue
             found.append((ex.rule.emit.fallback, self._event(ex, m, line)))
