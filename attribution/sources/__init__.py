@@ -60,6 +60,7 @@ NODE_FILE_STREAMS: dict[str, Stream] = {
     "nv-fabricmanager": Stream.FABRICMANAGER,
     "dcgm": Stream.DCGM,
     "nv-hostengine": Stream.DCGM,
+    "nvidia-smi": Stream.DCGM,  # saved nvidia-smi output: GPU health, like DCGM's
     "slurmd": Stream.SLURMD,
 }
 
