@@ -16,15 +16,20 @@
 #   ATTRIBUTION_CI_SPOOL   spool the hook writes to      (default /var/tmp/attribution-ci/spool)
 #   SLURM_CLUSTER_NAME     cluster name                   (default testcluster)
 #   SLURM_TEST_USER        unprivileged user with an association (default slurmtest)
-#   SLURM_CPUS             CPUs the node offers (default 4; more than the machine has is
+#   SLURM_TEST_USER2       a second one, for jobs of two users sharing the node (default slurmtest2)
+#   SLURM_CPUS             CPUs the node offers (default 8; more than the machine has is
 #                          fine: the test jobs mostly sleep)
+#   SLURM_FAKE_GPUS        gres/gpu devices the node offers (default 2): character devices with
+#                          NVIDIA's major number 195, so jobs get real GRES=gpu:N(IDX:...) records
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SPOOL=${ATTRIBUTION_CI_SPOOL:-/var/tmp/attribution-ci/spool}
 CLUSTER=${SLURM_CLUSTER_NAME:-testcluster}
 TEST_USER=${SLURM_TEST_USER:-slurmtest}
-CPUS=${SLURM_CPUS:-4}
+TEST_USER2=${SLURM_TEST_USER2:-slurmtest2}
+CPUS=${SLURM_CPUS:-8}
+NGPU=${SLURM_FAKE_GPUS:-2}
 LIBEXEC=/usr/local/libexec/attribution-ci
 DBPASS=attribution-ci-db   # a loopback-only throwaway database
 START=$SECONDS
@@ -87,7 +92,7 @@ mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/m
 chown slurm:slurm /var/spool/slurmctld /var/log/slurm
 chown munge:munge /run/munge
 chown mysql:root /run/mysqld
-id "$TEST_USER" >/dev/null 2>&1 || useradd -m -s /bin/bash "$TEST_USER"
+for u in "$TEST_USER" "$TEST_USER2"; do id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"; done
 
 # ------------------------------------------------------------------ the hook and its spool
 install -d -m 0770 -o root -g slurm "$SPOOL"
@@ -145,6 +150,19 @@ else
     # no usable cgroups: memory is enforced by polling, and such jobs end FAILED 0:9
     cgroup_lines=$'ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherParams=OverMemoryKill'
 fi
+gres_lines="" gres_node=""
+if [ "$NGPU" -gt 0 ]; then
+    # fake GPUs: gres/gpu only needs character devices; 195 is NVIDIA's major number
+    mkdir -p /var/lib/slurm/fakegpu
+    for g in $(seq 0 $((NGPU - 1))); do
+        [ -c /var/lib/slurm/fakegpu/nvidia$g ] || mknod /var/lib/slurm/fakegpu/nvidia$g c 195 "$g"
+    done
+    gres_node="Gres=gpu:$NGPU"
+    gres_lines=$'GresTypes=gpu\nAccountingStorageTRES=gres/gpu'
+    install_if_changed /etc/slurm/gres.conf 0644 root:root <<EOC && ctld_changed=1
+NodeName=$HOST Name=gpu File=/var/lib/slurm/fakegpu/nvidia[0-$((NGPU - 1))]
+EOC
+fi
 mem=$(awk '/MemTotal/ {m = int($2 / 2048); print (m > 8000 ? 8000 : m)}' /proc/meminfo)
 install_if_changed /etc/slurm/slurm.conf 0644 root:root <<EOC && ctld_changed=1
 # written by attribution's .ci/slurm-up.sh: one node, everything on loopback
@@ -159,6 +177,7 @@ SlurmdPidFile=/run/slurmd.pid
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
 $cgroup_lines
+$gres_lines
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=5
 SelectType=select/cons_tres
@@ -175,7 +194,7 @@ AccountingStorageHost=127.0.0.1
 JobCompType=jobcomp/none
 EpilogSlurmctld=$LIBEXEC/epilog-wrapper
 PrologEpilogTimeout=30
-NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$mem State=UNKNOWN
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$mem $gres_node State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOC
 
@@ -186,7 +205,7 @@ retry_until 60 "slurmdbd" sacctmgr -n list cluster
 sacctmgr -n -P list cluster format=Cluster | grep -qx "$CLUSTER" || sacctmgr -i add cluster "$CLUSTER" >/dev/null
 sacctmgr -n -P list account format=Account | grep -qx ci ||
     sacctmgr -i add account ci Cluster="$CLUSTER" Description=ci Organization=ci >/dev/null
-for u in root "$TEST_USER"; do
+for u in root "$TEST_USER" "$TEST_USER2"; do
     sacctmgr -n -P list user format=User | grep -qx "$u" || sacctmgr -i add user "$u" Account=ci >/dev/null
 done
 

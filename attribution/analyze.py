@@ -16,24 +16,29 @@ from typing import Any
 
 from attribution import __version__
 from attribution.history import PriorGpuError, apply_history, gpu_errors
-from attribution.hostlist import compress
+from attribution.hostlist import compress, short_name
 from attribution.model import (
     JOB_STREAMS,
     Cause,
     ChainEntry,
     ChainRole,
+    Confidence,
     Coverage,
     CoverageStatus,
     Event,
     EventRole,
     JobRecord,
     LogLine,
+    Owner,
     Responsible,
+    Standing,
     Stream,
     SubDomain,
     TerminalState,
+    Trust,
     Verdict,
 )
+from attribution.ownership import assess
 from attribution.rules.correlate import build_identity, correlate
 from attribution.rules.diagnose import Candidate, Outcome, diagnose
 from attribution.rules.extract import EventCollector, Extractor, iter_with_following
@@ -55,7 +60,7 @@ class AnalysisOptions:
     bound; see ``EventCollector``). ``lookback``: seconds before
     the window in which a *persisting* fault (one that lasts until the node
     reboots, such as a failed Fabric Manager) still counts, unless the node
-    rebooted in between.
+    rebooted in between. ``start_grace``: see ``ownership.assess``.
     """
 
     margin_before: float = 300.0
@@ -67,6 +72,9 @@ class AnalysisOptions:
     max_events: int = 500_000
     max_chain: int = 40
     lookback: float = 86400.0
+    # seconds around the job's start (and around other jobs' spans) within which node clocks
+    # and Slurm's are not trusted to say which side an event is on (``ownership.assess``)
+    start_grace: float = 30.0
 
 
 def job_window(job: JobRecord, options: AnalysisOptions) -> tuple[datetime | None, datetime | None]:
@@ -118,6 +126,11 @@ def extract_events(
     pending: dict[str, list[Event]] = {}
     for line, following in iter_with_following(lines, lookahead):
         path = line.source.path
+        if line.pid is not None and line.stream in JOB_STREAMS:
+            # a process that printed the job's own output (NCCL's host:pid:tid prefix)
+            node = short_name(line.host) if line.host else line.node
+            if node:
+                collector.pids.setdefault(node, set()).add(line.pid)
         if line.time is not None and path in pending:
             for event in pending.pop(path):
                 event.not_after = line.time
@@ -172,42 +185,108 @@ def analyze(
             event.node = identity.node_of(event)
         if event.node is None and len(job.nodes) == 1:
             event.node = job.nodes[0]
+        pid = event.fields.get("pid")
+        if event.stream in JOB_STREAMS and event.node and isinstance(pid, int):
+            collector.pids.setdefault(event.node, set()).add(pid)
     _carry_persisting(events, job, options)
-    active = [e for e in events if e.in_window is not False]
-    ignored = [e for e in events if e.in_window is False]
-    apply_history(active, job, history)
-    findings = correlate(ruleset.correlations, active, job, identity, skew=options.skew)
-    passed = job_passed(job)
     cov = list(coverage() if callable(coverage) else coverage)
     cov = _note_folded(cov, collector.folded_beyond)
     cov = _note_timeouts(cov, collector.regex_timeouts)
+    active = [e for e in events if e.in_window is not False]
+    ignored = [e for e in events if e.in_window is False]
+    active, view, assessment = assess(
+        active, job, cov, pids=collector.pids, grace=options.start_grace
+    )
+    # a lasting fault brought in from before the window that is not the job's goes back out
+    for event in active:
+        if event.carried and event.standing is Standing.CONTEXT:
+            event.in_window = False
+            ignored.append(event)
+    active = [e for e in active if e.in_window is not False]
+    causes = [e for e in active if e.standing is Standing.CAUSE]
+    support = [e for e in active if e.standing is Standing.SUPPORT]
+    apply_history(causes, job, history)
+    # correlation also sees the node's earlier state (a reboot before the start explains the
+    # link noise that followed it), but only cause-standing events may be its roots
+    history_too = [e for e in active if e.standing is Standing.CAUSE or e.earlier]
+    findings = correlate(ruleset.correlations, history_too, job, identity, skew=options.skew)
+    passed = job_passed(job)
+    cov = _note_ownership(cov, job, assessment.notes)
     outcome = (
         Outcome(None, [], [])
         if passed
-        else diagnose(ruleset.diagnoses, active, findings, job, skew=options.skew, coverage=cov)
+        else diagnose(
+            ruleset.diagnoses,
+            causes,
+            findings,
+            job,
+            skew=options.skew,
+            coverage=cov,
+            support=support,
+        )
     )
-    return _verdict(job, ruleset, options, outcome, passed, active, ignored, cov, diagnosed_at)
+    return _verdict(
+        job,
+        ruleset,
+        options,
+        outcome,
+        passed,
+        active,
+        ignored,
+        cov,
+        diagnosed_at,
+        ownership=assessment.summary(view),
+    )
 
 
 def _carry_persisting(events: list[Event], job: JobRecord, options: AnalysisOptions) -> None:
-    """Bring persisting faults from before the window in, unless their node rebooted since."""
+    """Decide which states logged before the job's start still held when it started: those are
+    this job's evidence (the node was already broken), the rest is the node's history.
+
+    A persisting fault (``emit.persists``: a GPU that fell off the bus, Fabric Manager down)
+    holds until its node reboots, and is brought in from up to ``lookback`` before the window.
+    A state with ``emit.cleared_by`` events (a link that went down) holds until one of those
+    follows on the same node and device (the link came up again); without ``persists`` it
+    counts only when logged inside the job's window. Whatever ended before the start has
+    ``persists`` cleared, so that ``ownership.assess`` keeps it as context."""
     start = job.start
     if start is None:
         return
     boots: dict[str | None, list[datetime]] = defaultdict(list)
+    clears: dict[tuple[str | None, str], list[Event]] = defaultdict(list)
+    wanted = {name for e in events for name in e.cleared_by}
     for e in events:
         if e.name == "kernel.boot" and e.time is not None:
             boots[e.node].append(e.time)
+        if e.name in wanted and e.time is not None:
+            clears[(e.node, e.name)].append(e)
     earliest = start - timedelta(seconds=options.lookback)
     for e in events:
-        if not e.persists or e.in_window is not False or e.time is None:
+        stateful = e.persists or (e.cleared_by and e.in_window is not False)
+        if not stateful or e.time is None or not earliest <= e.time < start:
             continue
-        if not earliest <= e.time < start:
-            continue
+        e.persists = False
         if any(e.time < b <= start for b in boots.get(e.node, ())):
             continue
-        e.in_window = True
-        e.note = "logged before the job started; the state lasts until the node reboots"
+        ended = [
+            c
+            for name in e.cleared_by
+            for c in clears.get((e.node, name), ())
+            if c.time is not None
+            and e.time < c.time <= start
+            and (not e.device or not c.device or c.device == e.device)
+        ]
+        if ended:
+            first = min(ended, key=lambda c: (c.time, c.seq))
+            e.note = f"ended before the job started ({first.label})"
+            continue
+        e.persists = True
+        if e.in_window is False:
+            e.in_window = True
+            e.carried = True
+            e.note = "logged before the job started; the state lasts until the node reboots"
+        else:
+            e.note = "logged before the job started; the state still held when it started"
 
 
 # --------------------------------------------------------------------- verdict assembly
@@ -223,12 +302,14 @@ def _verdict(
     ignored: list[Event],
     coverage: list[Coverage],
     diagnosed_at: datetime | None,
+    ownership: Mapping[str, Any] | None = None,
 ) -> Verdict:
     winner = outcome.winner
     chain = _chain(active, outcome, options, job.end)
     ignored_chain = _group(ignored, lambda _e: ChainRole.CONTEXT, note="outside the job window")
     coverage = _coverage_counts(coverage, active + ignored)
     responsible: tuple[Responsible, ...] = ()
+    suspects: tuple[Responsible, ...] = ()
     action: str | None = None
     cause: Cause | None = None
     if passed:
@@ -257,12 +338,11 @@ def _verdict(
         summary = "Several causes fit the evidence equally: " + "; ".join(
             f"{c.summary} [{c.rule.sub_domain.value}]" for c in everyone
         )
-        seen: dict[tuple[str, str | None], Responsible] = {}
-        for c in everyone:
-            for r in c.responsible:
-                seen.setdefault((r.node, r.device), r)
-        responsible = tuple(seen.values())
+        responsible = _union(r for c in everyone for r in c.responsible)
+        suspects = _union(r for c in everyone for r in c.suspects)
         action = " / ".join(dict.fromkeys(c.action for c in everyone if c.action)) or None
+        if suspects and not responsible:
+            action = _unconfirmed_action(suspects, everyone)
     else:
         terminal = winner.rule.terminal_state
         sub_domain = winner.rule.sub_domain
@@ -270,6 +350,14 @@ def _verdict(
         summary = winner.summary
         action = winner.action
         responsible = winner.responsible
+        suspects = winner.suspects
+        if winner.unconfirmed:
+            streams = " and ".join(winner.untrusted_streams) or "untrusted sources"
+            summary = (
+                f"Unconfirmed: {summary.rstrip()} No trusted source confirms it: it was read"
+                f" only in {streams}, which users can write."
+            )
+            action = _unconfirmed_action(suspects, [winner])
     return Verdict(
         job=job,
         terminal_state=terminal,
@@ -286,8 +374,85 @@ def _verdict(
         ruleset=ruleset.info(),
         engine_version=ENGINE_VERSION,
         diagnosed_at=diagnosed_at,
-        gpu_errors=gpu_errors(active),
+        gpu_errors=gpu_errors([e for e in active if e.standing is Standing.CAUSE]),
+        suspects=suspects,
+        confidence=_confidence(job, outcome, passed, coverage, ownership or {}),
+        ownership=dict(ownership or {}),
     )
+
+
+def _union(items: Iterable[Responsible]) -> tuple[Responsible, ...]:
+    seen: dict[tuple[str, str | None], Responsible] = {}
+    for r in items:
+        seen.setdefault((r.node, r.device), r)
+    return tuple(seen.values())
+
+
+def _unconfirmed_action(suspects: Sequence[Responsible], cands: Sequence[Candidate]) -> str:
+    nodes = compress([r.node for r in suspects])
+    streams = sorted({s for c in cands for s in c.untrusted_streams}) or ["untrusted sources"]
+    return (
+        f"Do not drain on this alone: it comes only from {' and '.join(streams)}. Check {nodes}"
+        " with a trusted source first (its kernel log or journal, nvidia-smi, dcgmi diag)."
+    )
+
+
+_OK = CoverageStatus.OK
+_SLURM_ONLY = "Slurm's own record of the job (sacct)"
+
+
+def _confidence(
+    job: JobRecord,
+    outcome: Outcome,
+    passed: bool,
+    coverage: Sequence[Coverage],
+    ownership: Mapping[str, Any],
+) -> Confidence:
+    """How far to trust the verdict, and why, in one line (docs/verdict.md)."""
+    winner = outcome.winner
+    if passed:
+        return Confidence("high", "Slurm recorded COMPLETED with exit code 0:0")
+    if winner is None:
+        return Confidence("low", "no known failure signature in the evidence read")
+    if outcome.tied:
+        return Confidence("low", "several causes from different domains fit equally")
+    if winner.unconfirmed:
+        return Confidence(
+            "low",
+            "the node(s) it names are confirmed by no trusted source (only "
+            + (", ".join(winner.untrusted_streams) or "untrusted lines")
+            + ")",
+        )
+    evidence = winner.evidence
+    trusted = sorted({e.stream.value for e in evidence if e.trusted})
+    if winner.responsible:
+        nodes = compress([r.node for r in winner.responsible])
+        source = ", ".join(trusted) if trusted else _SLURM_ONLY
+        return Confidence("high", f"confirmed on {nodes} by {source}")
+    if not evidence:
+        return Confidence("high", f"from {_SLURM_ONLY}")
+    unknown = [e for e in evidence if e.owner is Owner.UNKNOWN and e.stream not in JOB_STREAMS]
+    if unknown and not ownership.get("checked", True):
+        return Confidence(
+            "medium",
+            "rests on node events of unknown processes, and whether the job shared its nodes"
+            " is not known",
+        )
+    unread = sorted(
+        {
+            c.node
+            for c in coverage
+            if c.node in job.nodes and c.stream is Stream.KERNEL and c.status is not _OK
+        }
+    )
+    if winner.rule.sub_domain is SubDomain.APPLICATION and unread and not trusted:
+        return Confidence(
+            "medium",
+            f"from the job's own output; the kernel log of {compress(unread)} was not read, so"
+            " a node fault underneath cannot be ruled out",
+        )
+    where = ", ".join(sorted({e.stream.value for e in evidence}))
+    return Confidence("high", f"the evidence ({where}) points one way")
 
 
 def _terminal_without_cause(job: JobRecord) -> TerminalState:
@@ -337,7 +502,9 @@ def _roles(
             root_time = cand.first_at
     roles: dict[int, ChainRole] = {}
     for e in active:
-        if id(e) in root_ids:
+        if e.standing is not Standing.CAUSE:
+            roles[id(e)] = ChainRole.CONTEXT  # another job's, forged, earlier, or only support
+        elif id(e) in root_ids:
             roles[id(e)] = ChainRole.CONTEXT if e.role is EventRole.CONTEXT else ChainRole.ROOT
         elif e.context_by or e.role is EventRole.CONTEXT:
             roles[id(e)] = ChainRole.CONTEXT
@@ -397,11 +564,11 @@ def _chain(
 def _group(
     events: Iterable[Event], role_of: Callable[[Event], ChainRole], note: str | None = None
 ) -> list[ChainEntry]:
-    groups: dict[tuple[ChainRole, str, str], list[Event]] = defaultdict(list)
+    groups: dict[tuple[ChainRole, str, str, Owner | None, bool], list[Event]] = defaultdict(list)
     for e in events:
-        groups[(role_of(e), e.name, e.label)].append(e)
+        groups[(role_of(e), e.name, e.label, e.owner, e.trusted)].append(e)
     out: list[ChainEntry] = []
-    for (role, name, label), members in groups.items():
+    for (role, name, label, owner, trusted), members in groups.items():
         members.sort(key=_event_order)
         first = members[0]
         times = [t for e in members for t in (e.time, e.last_time) if t is not None]
@@ -421,9 +588,30 @@ def _group(
                 example=first.text,
                 source=str(first.source),
                 rule=first.rule,
-                note=note or first.note,
+                note=note or "; ".join(x for x in (first.owner_note, first.note) if x) or None,
+                owner=owner.value if owner is not None else None,
+                trust=(Trust.TRUSTED if trusted else Trust.UNTRUSTED).value,
             )
         )
+    return out
+
+
+def _note_ownership(
+    coverage: list[Coverage], job: JobRecord, notes: Sequence[str]
+) -> list[Coverage]:
+    """Say in each job node's kernel coverage entry what ownership could not be checked."""
+    if not notes:
+        return coverage
+    text = "ownership not checked: " + "; ".join(notes)
+    nodes = set(job.nodes)
+    done: set[str] = set()
+    out = []
+    for c in coverage:
+        node = c.node
+        if node is not None and node in nodes and node not in done and c.stream is Stream.KERNEL:
+            c = dataclasses.replace(c, reason="; ".join(x for x in (c.reason, text) if x))
+            done.add(node)
+        out.append(c)
     return out
 
 

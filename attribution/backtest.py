@@ -4,7 +4,8 @@ Per case the score is one of ``exact`` (the expected sub_domain),
 ``acceptable`` (one of ``acceptable_sub_domains``), ``ambiguous``,
 ``unattributed`` or ``wrong``. Totals add a sub_domain confusion matrix,
 per-class precision and recall, responsible-node accuracy (the blamed node
-set equals ``responsible_nodes``) and terminal_state accuracy.
+set equals ``responsible_nodes``), suspect-node accuracy (``suspect_nodes``: nodes only
+untrusted evidence names, never blamed) and terminal_state accuracy.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class CaseResult:
     cause: str | None
     summary: str
     error: str | None = None
+    expected_suspects: list[str] | None = None
+    got_suspects: list[str] = field(default_factory=list)
+    suspects_ok: bool | None = None
 
 
 _DOMAINS = frozenset(s.value for s in SubDomain)
@@ -61,9 +65,10 @@ def check_expected(expected: Any) -> list[str]:
     term = expected.get("terminal_state")
     if term is not None and str(term) not in _TERMINALS:
         problems.append(f"unknown terminal_state {term!r}")
-    nodes = expected.get("responsible_nodes")
-    if nodes is not None and not isinstance(nodes, list):
-        problems.append("responsible_nodes must be a list")
+    for key in ("responsible_nodes", "suspect_nodes"):
+        nodes = expected.get(key)
+        if nodes is not None and not isinstance(nodes, list):
+            problems.append(f"{key} must be a list")
     return problems
 
 
@@ -93,6 +98,13 @@ def score_case(name: str, path: str, expected: dict[str, Any], verdict: Verdict)
     got_nodes = sorted({r.node for r in verdict.responsible})
     exp_nodes = expected.get("responsible_nodes")
     nodes_ok = None if exp_nodes is None else sorted(set(map(str, exp_nodes))) == got_nodes
+    got_suspects = sorted({r.node for r in verdict.suspects})
+    exp_suspects = expected.get("suspect_nodes")
+    if exp_suspects is None and exp_nodes is not None:
+        exp_suspects = []  # an answer that names the blamed nodes names every suspect too
+    suspects_ok = (
+        None if exp_suspects is None else sorted(set(map(str, exp_suspects))) == got_suspects
+    )
     exp_term = expected.get("terminal_state")
     got_term = verdict.terminal_state.value
     return CaseResult(
@@ -109,6 +121,9 @@ def score_case(name: str, path: str, expected: dict[str, Any], verdict: Verdict)
         terminal_ok=None if exp_term is None else exp_term == got_term,
         cause=verdict.cause.id if verdict.cause else None,
         summary=verdict.summary,
+        expected_suspects=None if exp_suspects is None else [str(n) for n in exp_suspects],
+        got_suspects=got_suspects,
+        suspects_ok=suspects_ok,
     )
 
 
@@ -150,6 +165,10 @@ class Report:
         judged = [c for c in self.scored if c.nodes_ok is not None]
         return sum(1 for c in judged if c.nodes_ok), len(judged)
 
+    def suspect_accuracy(self) -> tuple[int, int]:
+        judged = [c for c in self.scored if c.suspects_ok is not None]
+        return sum(1 for c in judged if c.suspects_ok), len(judged)
+
     def terminal_accuracy(self) -> tuple[int, int]:
         judged = [c for c in self.scored if c.terminal_ok is not None]
         return sum(1 for c in judged if c.terminal_ok), len(judged)
@@ -180,6 +199,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         node_ok, node_n = self.node_accuracy()
+        sus_ok, sus_n = self.suspect_accuracy()
         term_ok, term_n = self.terminal_accuracy()
         n = len(self.scored)
         return {
@@ -193,6 +213,7 @@ class Report:
             "verdicts_ambiguous": self.verdict_share("ambiguous"),
             "verdicts_unattributed": self.verdict_share("unattributed"),
             "responsible_node_accuracy": {"correct": node_ok, "judged": node_n},
+            "suspect_node_accuracy": {"correct": sus_ok, "judged": sus_n},
             "terminal_state_accuracy": {"correct": term_ok, "judged": term_n},
             "per_class": self.per_class(),
             "confusion": self.confusion(),
@@ -207,6 +228,9 @@ class Report:
                     "expected_nodes": c.expected_nodes,
                     "got_nodes": c.got_nodes,
                     "nodes_ok": c.nodes_ok,
+                    "expected_suspects": c.expected_suspects,
+                    "got_suspects": c.got_suspects,
+                    "suspects_ok": c.suspects_ok,
                     "expected_terminal_state": c.expected_terminal,
                     "terminal_state": c.got_terminal,
                     "summary": c.summary,

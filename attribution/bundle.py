@@ -342,7 +342,7 @@ def diagnose_bundle(
         job,
         lines,
         ruleset,
-        coverage=lambda: [r.coverage() for r in readers],
+        coverage=lambda: [c for r in readers for c in r.coverages()],
         options=opts,
         diagnosed_at=diagnosed_at,
         history=bundle.history if history is None else history,

@@ -24,15 +24,22 @@ import errno
 import glob
 import os
 import pwd
+import re
 import shutil
 import stat
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attribution._yaml import load_yaml_file
 from attribution.config import Config
-from attribution.model import Coverage, CoverageStatus, JobRecord, Stream
+from attribution.errors import AttributionError
+from attribution.jobrecord import job_from_dict
+from attribution.model import Coverage, CoverageStatus, JobRecord, Stream, Trust
+from attribution.ownership import bus_key
 from attribution.sources import SourceSpec
+from attribution.sources.journal import journal_specs
 from attribution.sources.reader import GZIP_MAGIC, ZSTD_MAGIC
 
 NODE_STREAM_KEYS: tuple[tuple[Stream, str], ...] = (
@@ -121,15 +128,35 @@ def _file_spec(
     templates: list[str],
     values: dict[str, str],
     not_before: float | None,
+    trust: Trust | None = None,
 ) -> None:
     shown = ", ".join(t.format(**values) for t in templates)
     files, old = _recent_files(_matches(templates, values), not_before)
-    col.specs.append(SourceSpec(stream=stream, node=node, paths=files))
+    col.specs.append(SourceSpec(stream=stream, node=node, paths=files, trust=trust))
     if not files:
         reason = f"no file matches {shown}"
         if old:
             reason = f"{old} file(s) matching {shown} end before the job window"
         col.note(stream, node, CoverageStatus.MISSING, reason)
+
+
+def _journal_specs(
+    col: Collection,
+    node: str | None,
+    templates: list[str],
+    values: dict[str, str],
+    not_before: float | None,
+) -> None:
+    """The kernel-transport and syslog sources of the journal files the templates match."""
+    shown = ", ".join(t.format(**values) for t in templates)
+    files, old = _recent_files(_matches(templates, values), not_before)
+    col.specs.extend(journal_specs(files, node))
+    if not files:
+        reason = f"no journal file matches {shown}"
+        if old:
+            reason = f"{old} journal file(s) matching {shown} end before the job window"
+        for stream in (Stream.KERNEL, Stream.SYSLOG):
+            col.note(stream, node, CoverageStatus.MISSING, reason)
 
 
 def job_owner_uid(job: JobRecord) -> int | None:
@@ -327,11 +354,21 @@ def collect(job: JobRecord, config: Config) -> Collection:
         else None
     )
     cluster = job.cluster or ""
+    journal = config.logs.journal
+    for node in job.nodes if any("{node}" in t for t in journal) else ():
+        per_node = [t for t in journal if "{node}" in t]
+        _journal_specs(col, node, per_node, {"node": node, "cluster": cluster}, not_before)
+    if any("{node}" not in t for t in journal):
+        shared = [t for t in journal if "{node}" not in t]
+        _journal_specs(col, None, shared, {"node": "", "cluster": cluster}, not_before)
     for stream, key in NODE_STREAM_KEYS:
         templates: list[str] = getattr(config.logs, key)
+        trust = Trust(getattr(config.logs.trust, key))
         per_node = [t for t in templates if "{node}" in t]
         shared = [t for t in templates if "{node}" not in t]
         if not templates:
+            if journal and stream in (Stream.KERNEL, Stream.SYSLOG):
+                continue  # read from the journal
             if stream in EXPECTED:
                 for node in job.nodes:
                     col.specs.append(SourceSpec(stream=stream, node=node))
@@ -345,9 +382,10 @@ def collect(job: JobRecord, config: Config) -> Collection:
         if per_node:
             for node in job.nodes:
                 values = {"node": node, "cluster": cluster}
-                _file_spec(col, stream, node, per_node, values, not_before)
+                _file_spec(col, stream, node, per_node, values, not_before, trust)
         if shared:
-            _file_spec(col, stream, None, shared, {"node": "", "cluster": cluster}, not_before)
+            values = {"node": "", "cluster": cluster}
+            _file_spec(col, stream, None, shared, values, not_before, trust)
     if config.logs.slurmctld:
         _file_spec(
             col,
@@ -356,9 +394,70 @@ def collect(job: JobRecord, config: Config) -> Collection:
             config.logs.slurmctld,
             {"node": "", "cluster": cluster},
             not_before,
+            Trust(config.logs.trust.slurmctld),
         )
     _job_output(col, job, config)
     return col
 
 
-__all__ = ["Collection", "Refused", "collect", "copy_job_output", "job_owner_uid"]
+def read_bus_ids(
+    config: Config, nodes: Sequence[str]
+) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+    """Each node's GPU PCI bus ids by minor number (``gpus.bus_ids``, ``gpus.bus_id_files``),
+    and what could not be read. Never raises: a problem is a note, and that node has no map."""
+    out: dict[str, tuple[str, ...]] = {}
+    notes: list[str] = []
+    wanted = set(nodes)
+    if config.gpus.bus_ids is not None:
+        try:
+            data, _ = load_yaml_file(config.gpus.bus_ids)
+            if not isinstance(data, dict):
+                raise ValueError("must map host lists to lists of PCI bus ids")
+            mapped = job_from_dict({"job_id": "0", "gpu_bus_ids": data}, str(config.gpus.bus_ids))
+            out.update({n: b for n, b in mapped.gpu_bus_ids.items() if n in wanted})
+        except (AttributionError, OSError, ValueError) as exc:
+            notes.append(f"{config.gpus.bus_ids}: {exc}")
+    for node in nodes:
+        if node in out or not config.gpus.bus_id_files:
+            continue
+        for path in _matches(config.gpus.bus_id_files, {"node": node, "cluster": ""}):
+            try:
+                out[node] = parse_bus_id_lines(Path(path).read_text(errors="replace"))
+                break
+            except (OSError, ValueError) as exc:
+                notes.append(f"{path}: {exc}")
+    return out, notes
+
+
+_BUS_ID_LINE = re.compile(r"^\s*(\d+)\s*[,;\s]\s*(?:PCI:)?([0-9A-Fa-f:.]+)\s*$")
+
+
+def parse_bus_id_lines(text: str) -> tuple[str, ...]:
+    """``minor, bus id`` lines (``nvidia-smi --query-gpu=index,pci.bus_id --format=csv`` or the
+    collector in INSTALL.md) -> bus ids by minor number.
+
+    Raises:
+        ValueError: a line that is neither a header nor ``minor, bus id``, or a minor missing.
+    """
+    found: dict[int, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith(("#", "index", "minor")):
+            continue
+        m = _BUS_ID_LINE.match(line)
+        if m is None or bus_key(m.group(2)) is None:
+            raise ValueError(f"line {number}: not 'minor, PCI bus id': {line[:60]!r}")
+        found[int(m.group(1))] = m.group(2)
+    if sorted(found) != list(range(len(found))):
+        raise ValueError(f"minor numbers {sorted(found)} are not 0..{len(found) - 1}")
+    return tuple(found[i] for i in range(len(found)))
+
+
+__all__ = [
+    "Collection",
+    "Refused",
+    "collect",
+    "copy_job_output",
+    "job_owner_uid",
+    "parse_bus_id_lines",
+    "read_bus_ids",
+]

@@ -74,20 +74,63 @@ def _check_template(template: str) -> str:
 Template = Annotated[str, AfterValidator(_check_template)]
 
 
+TrustLevel = Literal["trusted", "untrusted"]
+
+
+class StreamTrust(_Strict):
+    """Whether users can write each stream's files (docs/verdict.md, "Ownership and trust").
+
+    Only ``trusted`` sources may blame a node. ``kernel`` must name a source only the kernel
+    writes (a dmesg capture, a file the syslog daemon fills from the kernel alone); when your
+    kern.log is filled by a daemon that also takes the kern facility from local sockets, set it
+    to ``untrusted`` and read the kernel from the journal (``logs.journal``) instead. General
+    syslog is untrusted: any user can write to it with ``logger``. The job's own output is
+    always untrusted.
+    """
+
+    kernel: TrustLevel = "trusted"
+    syslog: TrustLevel = "untrusted"
+    fabricmanager: TrustLevel = "trusted"
+    dcgm: TrustLevel = "trusted"
+    slurmd: TrustLevel = "trusted"
+    slurmctld: TrustLevel = "trusted"
+
+
 class LogPaths(_Strict):
     """Per-stream path templates (globs) of node logs and the controller log.
 
-    ``file_margin``: files whose mtime is older than the job's start minus this
-    many seconds cannot hold lines of the job and are skipped.
+    ``journal``: systemd journal files (``*.journal``, e.g. what systemd-journal-remote
+    writes per host); their kernel-transport entries are trusted kernel evidence, everything
+    else is syslog, trusted only when root's process wrote it (journald records who did).
+    A template without ``{node}`` may hold every host: entries go to the node their
+    ``_HOSTNAME`` names. ``file_margin``: files whose mtime is older than the job's start
+    minus this many seconds cannot hold lines of the job and are skipped. ``trust``: see
+    ``StreamTrust``.
     """
 
     kernel: list[Template] = []
     syslog: list[Template] = []
+    journal: list[Template] = []
     fabricmanager: list[Template] = []
     dcgm: list[Template] = []
     slurmd: list[Template] = []
     slurmctld: list[Template] = []
     file_margin: Duration = 3600.0
+    trust: StreamTrust = StreamTrust()
+
+
+class Gpus(_Strict):
+    """Where the GPU index (minor number) -> PCI bus id map of each node comes from, so that a
+    GPU's XID can be told from another job's on a shared node (docs/verdict.md).
+
+    ``bus_ids``: a YAML file of ``hostlist: [bus id of minor 0, of minor 1, ...]`` (nodes of
+    one model usually share a layout). ``bus_id_files``: per-node files, each line
+    ``minor, bus id`` (see INSTALL.md for a one-line collector). A node in neither has no map,
+    and the verdict's coverage says so.
+    """
+
+    bus_ids: Path | None = None
+    bus_id_files: list[Template] = []
 
 
 class JobOutput(_Strict):
@@ -174,6 +217,7 @@ class Config(_Strict):
     retries: Retries = Retries()
     retention: Duration = 7 * 86400.0
     logs: LogPaths = LogPaths()
+    gpus: Gpus = Gpus()
     job_output: JobOutput = JobOutput()
     window: Window = Window()
     reading: Reading = Reading()
@@ -285,8 +329,8 @@ store: /var/lib/attribution/verdicts.sqlite
 settle_delay: 30s          # wait this long after a job ends before reading its logs
 retention: 7d              # keep processed spool entries this long
 logs:
-  kernel: ["/var/log/hosts/{node}/kern.log*"]      # quote templates: { } is YAML syntax
-  syslog: ["/var/log/hosts/{node}/syslog*"]
+  journal: ["/var/log/journal/remote/remote-{node}*.journal"]  # kernel transport: trusted
+  syslog: ["/var/log/hosts/{node}/syslog*"]        # quote templates: { } is YAML syntax
   fabricmanager: ["/var/log/hosts/{node}/fabricmanager.log*"]
   slurmctld: ["/var/log/slurm/slurmctld.log*"]
 window: {before: 5m, after: 5m}
@@ -304,11 +348,13 @@ __all__ = [
     "EXAMPLE",
     "AdminComment",
     "Config",
+    "Gpus",
     "JobOutput",
     "LogPaths",
     "Reading",
     "Retries",
     "SlurmSettings",
+    "StreamTrust",
     "Window",
     "config_path",
     "load_config",

@@ -15,7 +15,7 @@ from typing import Any
 
 from attribution.errors import BundleError, Location
 from attribution.hostlist import HostlistError, compress, expand
-from attribution.model import JobRecord
+from attribution.model import JobRecord, OtherJob
 from attribution.timeutil import parse_epoch, parse_iso, zone
 
 _ALIASES: dict[str, tuple[str, ...]] = {
@@ -46,7 +46,14 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "node_addresses": ("node_addresses",),
     "boot_times": ("boot_times",),
     "timezone": ("timezone", "tz"),
+    "exclusive": ("exclusive",),
+    "gres_detail": ("gres_detail",),
+    "gpu_bus_ids": ("gpu_bus_ids",),
+    "other_jobs": ("other_jobs",),
 }
+_MAPPINGS = ("node_addresses", "boot_times", "gres_detail", "gpu_bus_ids", "other_jobs")
+# a PCI address as the driver, nvidia-smi or lspci print it: [domain:]bus:device[.function]
+_BUS_ID = re.compile(r"(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?")
 
 _EMPTY = {"", "unknown", "none", "n/a", "(null)"}
 
@@ -148,9 +155,12 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
 
     for key in _ALIASES:
         value = _get(data, key)
-        if key in ("node_addresses", "boot_times"):
+        if key in _MAPPINGS:
             if value is not None and not isinstance(value, Mapping):
                 raise bad(key, "must be a mapping of node -> value")
+        elif key == "exclusive":
+            if value is not None and not isinstance(value, bool):
+                raise bad(key, "must be true or false")
         elif key == "nodes":
             if value is not None and not isinstance(value, str | list):
                 raise bad(key, "must be a Slurm node list or a list of node names")
@@ -184,6 +194,7 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
         if when is None:
             raise bad(f"boot_times.{node}", f"not a time: {value!r}")
         boots[_clean(node)] = when
+    gres_detail, bus_ids, others = _ownership_facts(data, tz_name, bad)
     start, end = (_time_field(data, key, tz_name, bad) for key in ("start", "end"))
     if start is not None and end is not None and end < start:
         raise bad("end", f"{end:%Y-%m-%dT%H:%M:%S}Z is before start {start:%Y-%m-%dT%H:%M:%S}Z")
@@ -228,7 +239,65 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
         node_addresses=addresses,
         boot_times=boots,
         timezone=tz_name,
+        exclusive=_get(data, "exclusive"),
+        gres_detail=gres_detail,
+        gpu_bus_ids=bus_ids,
+        other_jobs=others,
     )
+
+
+def _per_node(key: str, mapping: Mapping[str, Any], bad: Any) -> dict[str, Any]:
+    """A node -> value mapping whose keys may be Slurm host lists (``gpu[01-04]``)."""
+    out: dict[str, Any] = {}
+    for name, value in mapping.items():
+        try:
+            nodes = expand(str(name))
+        except HostlistError as exc:
+            raise bad(key, exc.message) from None
+        for node in nodes:
+            if not _HOST.fullmatch(node):
+                raise bad(key, f"{node[:80]!r} is not a host name")
+            out[node] = value
+    return out
+
+
+def _ownership_facts(
+    data: Mapping[str, Any], tz_name: str | None, bad: Any
+) -> tuple[dict[str, str], dict[str, tuple[str, ...]], dict[str, tuple[OtherJob, ...]] | None]:
+    """``gres_detail``, ``gpu_bus_ids`` and ``other_jobs``, checked (docs/bundles.md)."""
+    gres: dict[str, str] = {}
+    for node, value in _per_node("gres_detail", _get(data, "gres_detail") or {}, bad).items():
+        if not isinstance(value, str):
+            raise bad(f"gres_detail.{node}", "must be scontrol's GRES text, e.g. gpu:2(IDX:0-1)")
+        gres[node] = _clean(value)
+    bus_ids: dict[str, tuple[str, ...]] = {}
+    for node, value in _per_node("gpu_bus_ids", _get(data, "gpu_bus_ids") or {}, bad).items():
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad(f"gpu_bus_ids.{node}", "must be a list of PCI bus ids, GPU minor 0 first")
+        odd = [v for v in value if not _BUS_ID.fullmatch(v.strip())]
+        if odd:
+            raise bad(f"gpu_bus_ids.{node}", f"{odd[0][:40]!r} is not a PCI bus id")
+        bus_ids[node] = tuple(v.strip() for v in value)
+    raw = _get(data, "other_jobs")
+    if raw is None:
+        return gres, bus_ids, None
+    others: dict[str, tuple[OtherJob, ...]] = {}
+    for node, value in _per_node("other_jobs", raw, bad).items():
+        if not isinstance(value, list):
+            raise bad(f"other_jobs.{node}", "must be a list of {job_id, start, end}")
+        jobs = []
+        for item in value:
+            if not isinstance(item, Mapping) or item.get("job_id") in (None, ""):
+                raise bad(f"other_jobs.{node}", "each entry needs a job_id")
+            when = {}
+            for edge in ("start", "end"):
+                text = item.get(edge)
+                when[edge] = parse_time(text, tz_name) if text not in (None, "") else None
+                if text not in (None, "") and when[edge] is None:
+                    raise bad(f"other_jobs.{node}", f"{edge}: not a time: {text!r}")
+            jobs.append(OtherJob(_clean(item["job_id"]), when["start"], when["end"]))
+        others[node] = tuple(jobs)
+    return gres, bus_ids, others
 
 
 def job_to_dict(job: JobRecord) -> dict[str, Any]:

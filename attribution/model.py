@@ -44,6 +44,62 @@ STREAM_GROUPS: dict[str, tuple[Stream, ...]] = {
 }
 
 
+class Trust(enum.StrEnum):
+    """Whether a source can be written by the users whose jobs it is read for.
+
+    ``trusted``: only the kernel, root's daemons or Slurm write it (dmesg, the journal's kernel
+    transport, Fabric Manager, DCGM, slurmd, slurmctld, a file the site declares trusted).
+    ``untrusted``: a user can put any line there (general syslog, the job's own output).
+    Untrusted lines may corroborate, or support an application verdict; they never blame a node
+    on their own.
+    """
+
+    TRUSTED = "trusted"
+    UNTRUSTED = "untrusted"
+
+
+# What each stream is unless the site says otherwise (config ``trust``, a bundle's bundle.json).
+DEFAULT_TRUST: dict[Stream, Trust] = {
+    Stream.KERNEL: Trust.TRUSTED,
+    Stream.SYSLOG: Trust.UNTRUSTED,
+    Stream.FABRICMANAGER: Trust.TRUSTED,
+    Stream.DCGM: Trust.TRUSTED,
+    Stream.SLURMD: Trust.TRUSTED,
+    Stream.SLURMCTLD: Trust.TRUSTED,
+    Stream.JOB_STDOUT: Trust.UNTRUSTED,
+    Stream.JOB_STDERR: Trust.UNTRUSTED,
+}
+
+
+class Owner(enum.StrEnum):
+    """Whose an event is (docs/verdict.md, "Ownership and trust").
+
+    ``job``: names this job (its cgroup or job id), a GPU allocated to it, a process of its
+    steps, or it is the job's own output. ``node``: node-wide by nature (reboot, panic,
+    MCE/EDAC, NIC/HCA, Fabric Manager, NVSwitch, PCIe, a node OOM that no cgroup bounded).
+    ``foreign``: another job, another user's process or a GPU not allocated to this job.
+    ``unknown``: a process or GPU the evidence cannot place.
+    """
+
+    JOB = "job"
+    NODE = "node"
+    FOREIGN = "foreign"
+    UNKNOWN = "unknown"
+
+
+class Standing(enum.StrEnum):
+    """What an event may do in the diagnosis, after ownership, trust and time were weighed.
+
+    ``cause``: may explain the failure. ``support``: may only corroborate a cause (an
+    unknown-owner event on a node the job shared). ``context``: shown, never a cause (another
+    job's, another GPU's, forged, or logged before the job started).
+    """
+
+    CAUSE = "cause"
+    SUPPORT = "support"
+    CONTEXT = "context"
+
+
 class SubDomain(enum.StrEnum):
     """Which part of the system the verdict blames (see docs/verdict.md)."""
 
@@ -161,6 +217,15 @@ class SourceRef:
 
 
 @dataclass(frozen=True, slots=True)
+class OtherJob:
+    """Another job that ran on one of this job's nodes during its evidence window (sacct)."""
+
+    job_id: str
+    start: datetime | None = None
+    end: datetime | None = None  # None: still running when asked
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     """What Slurm knows about one run of a job.
 
@@ -200,6 +265,14 @@ class JobRecord:
     node_addresses: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     boot_times: Mapping[str, datetime] = field(default_factory=dict)
     timezone: str | None = None
+    # Ownership facts (docs/bundles.md): whether the job had its nodes to itself (Slurm's
+    # OverSubscribe=NO / --exclusive), scontrol's per-node GRES string
+    # (``gpu:h100:2(IDX:0-1)``), each node's GPU PCI bus ids by minor number, and the other
+    # jobs that ran on each node during the window. Absent: unknown.
+    exclusive: bool | None = None
+    gres_detail: Mapping[str, str] = field(default_factory=dict)
+    gpu_bus_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    other_jobs: Mapping[str, tuple[OtherJob, ...]] | None = None
 
     @property
     def display_id(self) -> str:
@@ -274,6 +347,7 @@ class LogLine:
     device: str | None = None
     task: int | None = None
     ident: str | None = None  # the syslog program name (``kernel``, ``systemd``), when given
+    trusted: bool | None = None  # None: what the stream is by default (``DEFAULT_TRUST``)
 
 
 # The syslog ident of lines attribution writes itself (the job output's ``last output`` line).
@@ -314,11 +388,20 @@ class Event:
     count: int = 1  # identical repeats folded into this event
     last_time: datetime | None = None  # time of the last folded repeat
     persists: bool = False  # a state that lasts until reboot (e.g. Fabric Manager failed)
+    cleared_by: tuple[str, ...] = ()  # events that end the state earlier (emit.cleared_by)
     note: str | None = None  # why the engine treated this event specially
     # for an untimed line: the time of the next timed line of the same file (it was written
     # no later than that), so that time order still holds against timed evidence
     not_after: datetime | None = None
     reported_late: float = 0.0  # seconds the line may lag what it reports (emit.reported_late)
+    scope: str | None = None  # what the line is about: node, gpu, process or job (emit.scope)
+    ident: str | None = None  # the syslog program name the line carried (``kernel``)
+    trusted: bool = True  # read from a source users cannot write
+    owner: Owner | None = None  # whose it is (None until ``attribution.ownership`` assessed it)
+    standing: Standing = Standing.CAUSE  # what it may do in the diagnosis
+    owner_note: str | None = None  # why it has that owner or standing, for the chain
+    earlier: bool = False  # context only because it was logged before the job started
+    carried: bool = False  # a persisting fault brought in from before the job's window
 
     @property
     def timed(self) -> bool:
@@ -347,6 +430,9 @@ class Responsible:
     node: str
     component: str | None = None
     device: str | None = None
+    # the trusted source(s) that back blaming it (``kernel``, ``fabricmanager``, ``slurm`` for
+    # Slurm's own record); None for a suspect, which no trusted source backs
+    confirmed_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +461,8 @@ class ChainEntry:
     source: str
     rule: str
     note: str | None = None
+    owner: str | None = None  # ``Owner`` of the grouped events
+    trust: str | None = None  # ``Trust`` of the source they were read from
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +513,20 @@ class Coverage:
     untimed: int = 0
     outside_window: int = 0
     reason: str | None = None
+    trust: Trust | None = None
+    # the time span the source is known to have been recording (first and last stamped line
+    # seen; for a journal, its first and last entry of any kind): a trusted source that recorded
+    # past a moment and lacks a line at that moment did not see it happen
+    first_at: datetime | None = None
+    last_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Confidence:
+    """How far to trust the verdict: ``high``, ``medium`` or ``low``, with a one-line reason."""
+
+    level: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,6 +549,10 @@ class Verdict:
     engine_version: str
     diagnosed_at: datetime | None = None
     gpu_errors: tuple[GpuError, ...] = ()
+    # nodes the evidence names that no trusted source confirms: to be checked, never drained on
+    suspects: tuple[Responsible, ...] = ()
+    confidence: Confidence | None = None
+    ownership: Mapping[str, Any] = field(default_factory=dict)
 
 
 VERDICT_SCHEMA = "attribution.verdict/1"

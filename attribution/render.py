@@ -278,10 +278,14 @@ def backtest_view(report: Report) -> RenderableType:
         f" · all verdicts unattributed: {data['verdicts_unattributed']:.1%}"
     )
     na = data["responsible_node_accuracy"]
+    sa = data["suspect_node_accuracy"]
     ta = data["terminal_state_accuracy"]
     if na["judged"]:
         rate = na["correct"] / na["judged"]
         totals.append(f"\nresponsible node: {na['correct']}/{na['judged']} ({rate:.1%})")
+    if sa["judged"]:
+        rate = sa["correct"] / sa["judged"]
+        totals.append(f" · suspect node: {sa['correct']}/{sa['judged']} ({rate:.1%})")
     if ta["judged"]:
         rate = ta["correct"] / ta["judged"]
         totals.append(f" · terminal_state: {ta['correct']}/{ta['judged']} ({rate:.1%})")

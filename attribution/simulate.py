@@ -272,6 +272,7 @@ class Expected:
     cause: str
     why: str
     acceptable_sub_domains: list[str] = field(default_factory=list)
+    suspect_nodes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -281,6 +282,8 @@ class Expected:
         if self.acceptable_sub_domains:
             out["acceptable_sub_domains"] = list(self.acceptable_sub_domains)
         out["responsible_nodes"] = list(self.responsible_nodes)
+        if self.suspect_nodes:
+            out["suspect_nodes"] = list(self.suspect_nodes)
         out["cause"] = self.cause
         out["why"] = self.why
         return out
@@ -526,6 +529,11 @@ class _Result:
     expected: Expected
     extra_job: dict[str, Any] = field(default_factory=dict)
     needs: list[tuple[str, str]] = field(default_factory=list)  # (stream, node) the answer needs
+    # nodes whose blame evidence from a trusted source backs (kernel, Fabric Manager or slurmctld
+    # log); None: the nodes the chain itself wrote kernel, Fabric Manager or slurmctld lines
+    # about (in files the bundle keeps). The other responsible nodes are named only by the job's
+    # output or syslog: suspects, never blamed (docs/verdict.md)
+    confirmed: set[str] | None = None
 
 
 class _Sim:
@@ -854,8 +862,8 @@ def _noise(sim: _Sim, end_hint: float) -> None:
         _boot_lines(sim, node, boot, flaps=True)
 
 
-def _boot_lines(sim: _Sim, node: _Node, boot: float, *, flaps: bool) -> None:
-    if boot < sim.t0 - 1800 and not flaps:
+def _boot_lines(sim: _Sim, node: _Node, boot: float, *, flaps: bool, always: bool = False) -> None:
+    if boot < sim.t0 - 1800 and not flaps and not always:
         return  # boot is long before the logged span
     rng = sim.rng
     node.reboots.append(boot)
@@ -1883,9 +1891,10 @@ def _chain_fabric_manager_down(sim: _Sim) -> _Result:
         f"({'before' if ago > 300 else 'just before'} "
         "the job); on an NVSwitch node every CUDA context then fails with error 802 "
         "'system not yet initialized', which is what all ranks of that node hit at "
-        "start-up (CHAINS.md §5).",
+        "start-up (CHAINS.md §5). Only syslog (systemd's lines) and the job's output say so:"
+        " a suspect, not blamed.",
     )
-    return _Result(end, "FAILED", "1:0", exp)
+    return _Result(end, "FAILED", "1:0", exp, confirmed=set())
 
 
 def _chain_fabric_manager_restarted(sim: _Sim) -> _Result:
@@ -2701,7 +2710,15 @@ def _chain_node_failure(sim: _Sim) -> _Result:
     }[o["precursor"]]
     exp = _expected(sim, "fail", sub, [a], cause, why, acceptable=acc)
     needs = [("kernel", a.name)] if o["precursor"] != "none" or o["evidence"] == "banner" else []
-    return _Result(down + 35, "NODE_FAIL", "0:0", exp, extra, needs=needs)
+    # trusted evidence names the node: the controller's log, Slurm's FailedNode, the kernel's
+    # last words, or the reboot banner inside the window (300 s after the job's end)
+    end = down + 35
+    confirmed = (
+        {a.name}
+        if o["evidence"] != "banner" or o["precursor"] != "none" or boot <= end + 300
+        else set()
+    )
+    return _Result(end, "NODE_FAIL", "0:0", exp, extra, needs=needs, confirmed=confirmed)
 
 
 def _chain_preemption(sim: _Sim) -> _Result:
@@ -3203,6 +3220,11 @@ def _out_of_window(sim: _Sim, spec: OutOfWindowSpec, end: float, avoid: set[str]
         node.boot = t - rng.uniform(3600, 86400)
     gpu = rng.randrange(sim.gpus)
     bus = sim.bus(gpu)
+    if spec.signal in ("xid79", "xid48") and spec.after_end is None:
+        # a GPU that fell off the bus or lost memory stays broken until the node is reset: a node
+        # that ran the job after it was rebooted (or the fault would be the job's problem too)
+        gap = sim.t0 - t
+        _boot_lines(sim, node, t + rng.uniform(0.2, 0.8) * gap, flaps=False, always=True)
     if spec.signal == "xid79":
         sim.kernel(
             node,
@@ -3297,6 +3319,28 @@ def _render_fm(sim: _Sim, node: _Node) -> list[str]:
     ]
 
 
+def _trusted_evidence(sim: _Sim, missing: Callable[[str, _Node], bool]) -> set[str]:
+    """Nodes the chain wrote kernel or Fabric Manager lines for (in files the bundle keeps), or
+    that its slurmctld lines name: call before the noise is added."""
+    out = {
+        node.name
+        for node in sim.nodes
+        if (node.kernel_lines and not missing("kernel", node))
+        or (node.fm_lines and sim.has_fm and not missing("fabricmanager", node))
+    }
+    for _t, _s, msg in sim.ctld_lines:
+        out.update(n for n in sim.by_name if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", msg))
+    return out
+
+
+def _split_suspects(result: _Result, written: set[str]) -> None:
+    """Responsible nodes that no trusted source in the bundle backs become suspects."""
+    exp = result.expected
+    trusted = result.confirmed if result.confirmed is not None else written
+    exp.suspect_nodes = [n for n in exp.responsible_nodes if n not in trusted]
+    exp.responsible_nodes = [n for n in exp.responsible_nodes if n in trusted]
+
+
 def _join(lines: list[str]) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
@@ -3312,16 +3356,18 @@ def generate(scenario: Scenario) -> SimBundle:
     result = _CHAIN_FUNCS[scenario.fault.chain](sim)
     end = result.end
     responsible = set(result.expected.responsible_nodes)
+
+    def missing(stream: str, node: _Node) -> bool:
+        names = scenario.missing.get(stream, [])  # type: ignore[call-overload]
+        return "*" in names or node.name in names or (stream, node.name) in sim.forced_missing
+
+    _split_suspects(result, _trusted_evidence(sim, missing))
     _noise(sim, end)
     for spec in scenario.out_of_window:
         _out_of_window(sim, spec, end, responsible)
 
     files: dict[str, str | bytes] = {}
     rng = sim.rng
-
-    def missing(stream: str, node: _Node) -> bool:
-        names = scenario.missing.get(stream, [])  # type: ignore[call-overload]
-        return "*" in names or node.name in names or (stream, node.name) in sim.forced_missing
 
     for stream, name in result.needs:
         if missing(stream, sim.by_name[name]):

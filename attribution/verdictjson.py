@@ -16,6 +16,7 @@ from attribution.model import (
     Cause,
     ChainEntry,
     ChainRole,
+    Confidence,
     Coverage,
     CoverageStatus,
     GpuError,
@@ -23,9 +24,12 @@ from attribution.model import (
     Stream,
     SubDomain,
     TerminalState,
+    Trust,
     Verdict,
 )
 from attribution.timeutil import parse_iso
+
+_TRUST = frozenset(t.value for t in Trust)
 
 
 def _t(value: Any) -> datetime | None:
@@ -42,7 +46,12 @@ def _cause(data: Mapping[str, Any] | None) -> Cause | None:
 
 def _responsible(items: Any) -> tuple[Responsible, ...]:
     return tuple(
-        Responsible(node=str(r.get("node")), component=r.get("component"), device=r.get("device"))
+        Responsible(
+            node=str(r.get("node")),
+            component=r.get("component"),
+            device=r.get("device"),
+            confirmed_by=r.get("confirmed_by"),
+        )
         for r in items or []
     )
 
@@ -65,6 +74,8 @@ def _chain(items: Any) -> tuple[ChainEntry, ...]:
                 source=str(e.get("source", "")),
                 rule=str(e.get("rule", "")),
                 note=e.get("note"),
+                owner=e.get("owner"),
+                trust=e.get("trust"),
             )
         )
     return tuple(out)
@@ -108,6 +119,9 @@ def verdict_from_dict(data: Mapping[str, Any]) -> Verdict:
                 untimed=int(c.get("untimed", 0)),
                 outside_window=int(c.get("outside_window", 0)),
                 reason=c.get("reason"),
+                trust=Trust(c["trust"]) if c.get("trust") in _TRUST else None,
+                first_at=_t(c.get("first_at")),
+                last_at=_t(c.get("last_at")),
             )
             for c in data.get("coverage") or []
         ),
@@ -128,4 +142,13 @@ def verdict_from_dict(data: Mapping[str, Any]) -> Verdict:
             )
             for g in data.get("gpu_errors") or []
         ),
+        suspects=_responsible(data.get("suspects")),
+        confidence=_confidence(data.get("confidence")),
+        ownership=dict(data.get("ownership") or {}),
     )
+
+
+def _confidence(data: Any) -> Confidence | None:
+    if not isinstance(data, Mapping) or not data.get("level"):
+        return None
+    return Confidence(level=str(data["level"]), reason=str(data.get("reason", "")))

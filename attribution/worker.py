@@ -17,6 +17,7 @@ old (node logs arrive late through syslog forwarding):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -27,8 +28,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from attribution.analyze import AnalysisOptions, analyze, job_passed, read_window
-from attribution.collect import collect
+from attribution.analyze import AnalysisOptions, analyze, job_passed, job_window, read_window
+from attribution.collect import collect, read_bus_ids
 from attribution.config import Config
 from attribution.errors import AttributionError, SpoolError, StoreError
 from attribution.history import DEFAULT_DAYS, PriorGpuError, priors_from_verdict_rows
@@ -124,11 +125,31 @@ class Worker:
                 job,
                 lines,
                 self.ruleset,
-                coverage=lambda: [col.adjust(r.coverage()) for r in readers],
+                coverage=lambda: [col.adjust(c) for r in readers for c in r.coverages()],
                 options=self.options,
                 diagnosed_at=now,
                 history=self._history(job),
             )
+
+    def ownership_facts(self, job: JobRecord) -> JobRecord:
+        """The job record with what ownership needs that sacct/scontrol's record lacks: the other
+        jobs on its nodes during its window (one sacct call) and each node's GPU bus ids (site
+        files). What cannot be had stays unknown; the verdict's coverage then says so."""
+        changes: dict[str, Any] = {}
+        if job.other_jobs is None and job.start is not None and job.end is not None:
+            start, end = job_window(job, self.options)
+            try:
+                changes["other_jobs"] = self.backend.other_jobs(
+                    job, start or job.start, end or job.end
+                )
+            except AttributionError as exc:
+                log.warning("job %s: other jobs on its nodes unknown: %s", job.display_id, exc)
+        if not job.gpu_bus_ids and (self.config.gpus.bus_ids or self.config.gpus.bus_id_files):
+            bus_ids, notes = read_bus_ids(self.config, job.nodes)
+            for note in notes:
+                log.warning("job %s: GPU bus ids: %s", job.display_id, note)
+            changes["gpu_bus_ids"] = bus_ids
+        return dataclasses.replace(job, **changes) if changes else job
 
     def _history(self, job: JobRecord) -> list[PriorGpuError]:
         """Earlier jobs' GPU errors on this job's nodes (and its user's), for the XID 13/31
@@ -178,6 +199,8 @@ class Worker:
             if job_passed(job) and not self.config.record_pass:
                 self.spool.ack(claimed)
                 return Outcome(key, "dropped", f"job {job.display_id} completed 0:0")
+            if not job_passed(job):
+                job = self.ownership_facts(job)
             verdict = self.diagnose(job)
             spooled = datetime.fromtimestamp(claimed.spooled_at, UTC)
             self.store.save(verdict, admin_comment_status="pending", spooled_at=spooled)

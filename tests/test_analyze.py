@@ -38,7 +38,13 @@ def job(**kw: object):  # type: ignore[no-untyped-def]
     return job_from_dict(data)
 
 
-def lines(stream: Stream, node: str | None, texts: Iterable[str], path: str = "f") -> list[LogLine]:
+def lines(
+    stream: Stream,
+    node: str | None,
+    texts: Iterable[str],
+    path: str = "f",
+    trusted: bool | None = None,
+) -> list[LogLine]:
     out = []
     for i, raw in enumerate(texts, 1):
         p = parse_prefix(raw, reference=T0)
@@ -55,6 +61,7 @@ def lines(stream: Stream, node: str | None, texts: Iterable[str], path: str = "f
                 p.pid,
                 p.device,
                 p.task,
+                trusted=trusted,
             )
         )
     return out
@@ -69,8 +76,14 @@ XID79 = (
 )
 
 
+XID13 = "NVRM: Xid (PCI:0000:91:00): 13, pid=4242, name=python, Graphics Exception: ESR 0x50"
+XID74 = (
+    "NVRM: Xid (PCI:0000:91:00): 74, pid=4242, name=python, NVLink: fatal error detected on link 3"
+)
+
+
 def test_event_outside_the_window_is_ignored_not_blamed(ruleset: RuleSet) -> None:
-    ev = lines(Stream.KERNEL, "n1", [k(T0 - timedelta(days=1), XID79)])
+    ev = lines(Stream.KERNEL, "n1", [k(T0 - timedelta(hours=2), XID13)])
     v = analyze(job(), ev, ruleset)
     assert v.sub_domain is SubDomain.UNATTRIBUTED
     assert v.ignored and v.ignored[0].event == "gpu.xid" and v.ignored[0].note
@@ -80,17 +93,47 @@ def test_event_outside_the_window_is_ignored_not_blamed(ruleset: RuleSet) -> Non
     assert inside.sub_domain is SubDomain.HARDWARE and [r.node for r in inside.responsible] == [
         "n1"
     ]
+    # an XID that does not last (74) just before the start was the node's state before the job
     margin = analyze(
-        job(), lines(Stream.KERNEL, "n1", [k(T0 - timedelta(minutes=4), XID79)]), ruleset
+        job(), lines(Stream.KERNEL, "n1", [k(T0 - timedelta(minutes=4), XID74)]), ruleset
     )
-    assert margin.sub_domain is SubDomain.HARDWARE  # inside the default 300 s margin
+    assert margin.sub_domain is SubDomain.UNATTRIBUTED
+    assert margin.symptom_chain[0].note and "before the job started" in margin.symptom_chain[0].note
     narrow = analyze(
         job(),
-        lines(Stream.KERNEL, "n1", [k(T0 - timedelta(minutes=4), XID79)]),
+        lines(Stream.KERNEL, "n1", [k(T0 - timedelta(minutes=4), XID74)]),
         ruleset,
         options=AnalysisOptions(margin_before=60),
     )
-    assert narrow.sub_domain is SubDomain.UNATTRIBUTED
+    assert narrow.sub_domain is SubDomain.UNATTRIBUTED and narrow.ignored
+
+
+def test_a_gpu_that_fell_off_the_bus_before_the_job_is_still_broken(ruleset: RuleSet) -> None:
+    """XID 79 lasts until the node reboots: logged two hours before the start, it is this job's
+    evidence when the job was given that GPU (or nothing says which GPUs it had), and the
+    node's history when the job's GPUs are known and that GPU is not one of them."""
+    ev = lines(Stream.KERNEL, "n1", [k(T0 - timedelta(hours=2), XID79)])
+    v = analyze(job(), ev, ruleset)
+    assert v.sub_domain is SubDomain.HARDWARE and [r.node for r in v.responsible] == ["n1"]
+    mine = {
+        "gres_detail": {"n[1-2]": "gpu:h100:1(IDX:1)"},
+        "gpu_bus_ids": {"n[1-2]": ["0000:18:00.0", "0000:91:00.0"]},
+        "exclusive": False,
+        "other_jobs": {},
+    }
+    v = analyze(job(**mine), ev, ruleset)
+    assert v.sub_domain is SubDomain.HARDWARE and [r.node for r in v.responsible] == ["n1"]
+    assert v.symptom_chain[0].owner == "job"
+    theirs = {**mine, "gres_detail": {"n[1-2]": "gpu:h100:1(IDX:0)"}}
+    v = analyze(job(**theirs), ev, ruleset)
+    assert v.sub_domain is SubDomain.UNATTRIBUTED and v.responsible == ()
+    assert v.ignored and v.ignored[0].owner == "foreign"
+    # a reboot between the XID and the job clears it
+    boot = k(T0 - timedelta(hours=1), "Linux version 6.8.0-45-generic (buildd@lcy02) #115-Ubuntu")
+    v = analyze(
+        job(), lines(Stream.KERNEL, "n1", [k(T0 - timedelta(hours=2), XID79), boot]), ruleset
+    )
+    assert v.sub_domain is SubDomain.UNATTRIBUTED
 
 
 def test_repeats_fold_into_one_symptom_with_a_count(ruleset: RuleSet) -> None:
@@ -234,7 +277,11 @@ def test_json_has_every_design_field(ruleset: RuleSet) -> None:
         set(data["cause"]) == {"id", "title", "rule"}
         and data["cause"]["rule"] == "gpu-fell-off-bus@1"
     )
-    assert set(data["responsible"][0]) == {"node", "component", "device"}
+    assert set(data["responsible"][0]) == {"node", "component", "device", "confirmed_by"}
+    assert data["responsible"][0]["confirmed_by"] == "kernel"
+    for name in ("suspects", "confidence", "ownership"):
+        assert name in data, name
+    assert data["confidence"]["level"] == "high" and data["confidence"]["reason"]
     entry = data["symptom_chain"][0]
     for name in (
         "first_at",
@@ -247,8 +294,14 @@ def test_json_has_every_design_field(ruleset: RuleSet) -> None:
         "stream",
         "example",
         "source",
+        "owner",
+        "trust",
     ):
         assert name in entry
+    # no GPU allocation in the record: an XID's GPU cannot be placed, and nothing says the node
+    # was shared, so it counts as the job's (and the coverage says ownership was not checked)
+    assert (entry["owner"], entry["trust"]) == ("unknown", "trusted")
+    assert data["ownership"]["checked"] is False
     assert data["symptom_chain"][0]["role"] == ChainRole.ROOT.value
     assert set(data["ruleset"]) == {"version", "digest"}
     assert data["diagnosed_at"] == "2025-06-01T10:00:00Z"
@@ -269,15 +322,26 @@ TORCHRUN_ROOT = [
 def test_a_rank_named_by_torchrun_root_cause_block_is_placed_on_its_host(
     ruleset: RuleSet,
 ) -> None:
-    """CUDA 214 printed by [rank5] with no host: torchrun's summary says rank 5 ran on n2."""
+    """CUDA 214 printed by [rank5] with no host: torchrun's summary says rank 5 ran on n2. Only
+    the job's output says so: n2 is a suspect, not blamed, until a trusted source agrees."""
     out = ["[rank5]: RuntimeError: CUDA error: uncorrectable ECC error encountered", *TORCHRUN_ROOT]
     v = analyze(job(), lines(Stream.JOB_STDOUT, None, out), ruleset)
     assert v.sub_domain is SubDomain.HARDWARE
-    assert [r.node for r in v.responsible] == ["n2"]
+    assert v.responsible == ()
+    assert [r.node for r in v.suspects] == ["n2"]
+    assert v.confidence is not None and v.confidence.level == "low"
+    assert v.summary.startswith("Unconfirmed:") and "drain" in (v.action or "")
+    # the XID 48 in n2's kernel log confirms it
+    xid48 = "NVRM: Xid (PCI:0000:91:00): 48, pid=4242, name=python, An uncorrectable double bit"
+    kernel = lines(Stream.KERNEL, "n2", [k(T0 + timedelta(minutes=5), xid48).replace("n1", "n2")])
+    v = analyze(job(), lines(Stream.JOB_STDOUT, None, out) + kernel, ruleset)
+    assert v.sub_domain is SubDomain.HARDWARE and [r.node for r in v.responsible] == ["n2"]
 
 
 def test_a_node_less_anchor_blames_the_node_of_the_other_evidence(ruleset: RuleSet) -> None:
-    """CUDA 802 from ranks we cannot place, and Fabric Manager failed on n1: n1 is to blame."""
+    """CUDA 802 from ranks we cannot place, and Fabric Manager failed on n1: n1 is to blame
+    when the line that says so comes from a trusted source (a syslog the site trusts, or the
+    journal's entries of root's processes); from general syslog n1 is only a suspect."""
     out = ["RuntimeError: CUDA error: system not yet initialized"]
     fm = [
         k(
@@ -285,11 +349,14 @@ def test_a_node_less_anchor_blames_the_node_of_the_other_evidence(ruleset: RuleS
             "nvidia-fabricmanager.service: Failed with result 'exit-code'.",
         ).replace("kernel:", "systemd[1]:")
     ]
-    v = analyze(
-        job(), lines(Stream.JOB_STDOUT, None, out) + lines(Stream.SYSLOG, "n1", fm), ruleset
-    )
+    trusted = lines(Stream.SYSLOG, "n1", fm, trusted=True)
+    v = analyze(job(), lines(Stream.JOB_STDOUT, None, out) + trusted, ruleset)
     assert v.cause is not None and v.cause.id == "fabricmanager-not-running"
     assert [r.node for r in v.responsible] == ["n1"]
+    forgeable = lines(Stream.SYSLOG, "n1", fm)
+    v = analyze(job(), lines(Stream.JOB_STDOUT, None, out) + forgeable, ruleset)
+    assert v.cause is not None and v.cause.id == "fabricmanager-not-running"
+    assert v.responsible == () and [r.node for r in v.suspects] == ["n1"]
     # with nothing that names a node, nobody is blamed
     alone = analyze(job(), lines(Stream.JOB_STDOUT, None, out), ruleset)
     assert alone.cause is not None and alone.cause.id == "fabricmanager-not-running"
@@ -310,10 +377,11 @@ def test_ib_vote_never_blames_an_address_and_needs_one_standout_peer(ruleset: Ru
     v = analyze(four, lines(Stream.JOB_STDOUT, None, unknown), ruleset)
     assert v.sub_domain is SubDomain.INFRASTRUCTURE
     assert v.responsible == () and "10.9.9.9" in v.summary
-    # known through the job record's addresses: the peer is blamed by name
+    # known through the job record's addresses: the peer is named, as a suspect (only the job's
+    # own output names it)
     known = job(nodes="n[1-4]", node_addresses={"n3": ["10.9.9.9"]})
     v = analyze(known, lines(Stream.JOB_STDOUT, None, unknown), ruleset)
-    assert [r.node for r in v.responsible] == ["n3"]
+    assert v.responsible == () and [r.node for r in v.suspects] == ["n3"]
     # every node names its own ring neighbours: no suspect, the fabric's configuration
     ring = [_ib(f"n{i}", f"10.0.0.{(i % 4) + 1}") for i in range(1, 5)]
     ring += [_ib(f"n{i}", f"10.0.0.{((i - 2) % 4) + 1}") for i in range(1, 5)]

@@ -41,3 +41,28 @@ def test_verdicts_are_deterministic(ruleset: RuleSet) -> None:
     first = verdict_to_dict(diagnose_bundle(bundle, ruleset)[1])
     second = verdict_to_dict(diagnose_bundle(bundle, ruleset)[1])
     assert first == second
+
+
+def _trusted_support(verdict, node: str) -> bool:  # type: ignore[no-untyped-def]
+    """A chain entry from a trusted source, not another job's and not forged, on ``node``."""
+    for entry in [*verdict.symptom_chain]:
+        if node not in entry.nodes or entry.trust != "trusted" or entry.owner == "foreign":
+            continue
+        if entry.note and ("forged" in entry.note or "the previous job's" in entry.note):
+            continue
+        return True
+    return False
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
+def test_no_node_is_blamed_without_trusted_evidence(bundle: Path, ruleset: RuleSet) -> None:
+    """Every blamed node has trusted evidence of its own in the chain, or Slurm's record; nodes
+    only untrusted lines name are suspects."""
+    _, verdict = diagnose_bundle(bundle, ruleset)
+    for r in verdict.responsible:
+        assert r.confirmed_by, r
+        if r.confirmed_by != "slurm":
+            assert _trusted_support(verdict, r.node), (r, verdict.symptom_chain)
+    for s in verdict.suspects:
+        assert s.confirmed_by is None
+        assert s.node in verdict.job.nodes

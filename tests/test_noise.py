@@ -40,7 +40,9 @@ def _verdict(ruleset: RuleSet, state: str, exit_code: str, output: str | None, t
         out.write_text(output)
         specs.append(SourceSpec(Stream.JOB_STDOUT, None, [out]))
     readers, lines = read_sources(specs, ReadContext(reference=job.start, job_nodes=job.nodes))
-    return analyze(job, lines, ruleset, coverage=lambda: [r.coverage() for r in readers])
+    return analyze(
+        job, lines, ruleset, coverage=lambda: [c for r in readers for c in r.coverages()]
+    )
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from attribution.model import Event, EventRole, JobRecord
+from attribution.ownership import job_gpu_count
 from attribution.rules.schema import JobConditions, Ops, Scalar, Selector
 
 
@@ -143,6 +144,7 @@ def job_values(job: JobRecord) -> dict[str, Any]:
         "duration": job.duration,
         "cancelled_by_owner": owner_cancel,
         "reason": job.reason,
+        "gpus": job_gpu_count(job),
     }
 
 

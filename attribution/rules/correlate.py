@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from attribution.hostlist import is_ip, short_name
-from attribution.model import Event, EventRole, Finding, JobRecord
+from attribution.model import Event, EventRole, Finding, JobRecord, Standing
 from attribution.rules.conditions import ROOT_ROLES, selects
 from attribution.rules.schema import CorrelationRule, Selector
 from attribution.rules.template import render
@@ -408,13 +408,19 @@ def _suppress(rule: CorrelationRule, events: Sequence[Event], skew: float) -> No
     def is_symptom(event: Event) -> bool:
         return any(selects(s, event) for s in rule.symptoms)
 
+    # only events that may be causes can be roots (not what was logged before the job started)
     if rule.roots:
-        roots = [e for e in events if any(selects(r, e) for r in rule.roots)]
+        roots = [
+            e
+            for e in events
+            if e.standing is Standing.CAUSE and any(selects(r, e) for r in rule.roots)
+        ]
     else:
         roots = [
             e
             for e in events
             if e.role in ROOT_ROLES
+            and e.standing is Standing.CAUSE
             and not e.demoted_by
             and not e.context_by
             and not e.name.startswith("identity.")

@@ -7,10 +7,18 @@ lower-priority candidate that is clearly *earlier* than the top one also wins:
 a hardware event that happens after the job already died did not kill it.
 Candidates of equal priority from different sub_domains that time cannot
 separate make the verdict ``ambiguous``.
+
+Trust (docs/verdict.md, "Ownership and trust"): a candidate blames a node only when evidence
+from a trusted source (the kernel, Fabric Manager, DCGM, Slurm) supports it on that node, or
+trusted reports from other nodes name it. Nodes named only by untrusted lines (the job's own
+output, general syslog) become ``suspects``, never ``responsible``. A hardware claim made only
+by untrusted lines, on nodes whose trusted kernel log was recording throughout and shows
+nothing, is contradicted and does not stand.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -30,6 +38,7 @@ from attribution.model import (
     Stream,
     SubDomain,
 )
+from attribution.ownership import recording
 from attribution.rules.conditions import check_all, job_matches, selects
 from attribution.rules.schema import DiagnosisRule, EventCondition, FindingCondition
 from attribution.rules.template import render
@@ -58,6 +67,22 @@ class Candidate:
     summary: str
     action: str | None
     values: dict[str, Any] = field(default_factory=dict)
+    # nodes the rule would blame that only untrusted evidence names (see the module docstring)
+    suspects: tuple[Responsible, ...] = ()
+    untrusted_streams: tuple[str, ...] = ()  # where the unconfirmed claim was read
+
+    @property
+    def unconfirmed(self) -> bool:
+        """The rule blames nodes, but no trusted evidence confirms any of them."""
+        return not self.responsible and bool(self.suspects)
+
+    @property
+    def evidence(self) -> list[Event]:
+        """Every event the candidate rests on: anchors, matched, supporting, its findings'."""
+        out = [*self.anchor_events, *self.matched, *self.supporting]
+        for finding in self.findings:
+            out.extend(finding.events)
+        return list({id(e): e for e in out}.values())
 
     @property
     def priority(self) -> int:
@@ -141,6 +166,7 @@ def _evaluate(
     findings: Sequence[Finding],
     job: JobRecord,
     unread: frozenset[tuple[Stream, str]] = frozenset(),
+    support: Sequence[Event] = (),
 ) -> Candidate | None:
     when = rule.when
     if not job_matches(job, when.job):
@@ -182,7 +208,8 @@ def _evaluate(
             return None
     supporting: list[Event] = []
     for extra in when.also:
-        found = _event_condition(extra, events)
+        # events that may only corroborate (an unknown process on a shared node) count here
+        found = _event_condition(extra, [*events, *support] if support else events)
         if found:
             supporting.extend(found)
 
@@ -212,7 +239,7 @@ def _evaluate(
                     r if r.device else replace(r, device=device) for r in responsible
                 )
     values = _values(rule, rep, anchors, anchor_finding, job, responsible)
-    return Candidate(
+    candidate = Candidate(
         rule=rule,
         anchor_events=anchors,
         anchor_finding=anchor_finding,
@@ -224,6 +251,73 @@ def _evaluate(
         summary=render(rule.summary, values),
         action=render(rule.action, values) if rule.action else None,
         values=values,
+    )
+    _confirm(candidate, job)
+    return candidate
+
+
+# Slurm's own record (sacct, slurmctld) says which node failed: trusted, like a trusted log
+_SLURM_BLAME = frozenset({"job_nodes"})
+
+
+def _confirm(cand: Candidate, job: JobRecord) -> None:
+    """Keep in ``responsible`` only nodes that trusted evidence supports: a trusted event of the
+    candidate on that node, or trusted reports from other nodes behind a finding that names it.
+    The rest move to ``suspects`` (nodes outside the job are dropped: nothing of theirs was
+    read)."""
+    if not cand.responsible:
+        return
+    if cand.rule.blame in _SLURM_BLAME:
+        cand.responsible = tuple(replace(r, confirmed_by="slurm") for r in cand.responsible)
+        return
+    evidence = cand.evidence
+    by_node: dict[str, set[str]] = defaultdict(set)
+    for e in evidence:
+        if e.trusted and e.node:
+            by_node[e.node].add(e.stream.value)
+    finding = cand.anchor_finding
+    if finding is not None:
+        reporters = {e.stream.value for e in finding.events if e.trusted}
+        for node in finding.nodes if reporters else ():
+            by_node[node].update(reporters)  # cross-node evidence from trusted sources
+    confirmed = tuple(
+        replace(r, confirmed_by=",".join(sorted(by_node[r.node])))
+        for r in cand.responsible
+        if r.node in by_node
+    )
+    in_job = set(job.nodes)
+    cand.suspects = tuple(
+        r for r in cand.responsible if r.node not in by_node and (not in_job or r.node in in_job)
+    )
+    cand.responsible = confirmed
+    cand.untrusted_streams = tuple(sorted({e.stream.value for e in evidence if not e.trusted}))
+
+
+def _contradicted(
+    cand: Candidate, job: JobRecord, coverage: Sequence[Coverage], skew: float
+) -> str | None:
+    """Why an unconfirmed hardware claim does not stand, or None: every suspect node's trusted
+    kernel log was read and recording before and after the claim, and shows nothing of it
+    (the driver logs an XID, the kernel a PCIe or NIC error, for every such fault)."""
+    if not cand.unconfirmed or cand.rule.sub_domain is not SubDomain.HARDWARE:
+        return None
+    if cand.first_at is not None:
+        moments = [
+            cand.first_at - timedelta(seconds=skew),
+            cand.first_at + timedelta(seconds=skew),
+        ]
+    elif job.start is not None and job.end is not None:
+        moments = [job.start, job.end]
+    else:
+        return None
+    for suspect in cand.suspects:
+        if not all(recording(coverage, suspect.node, when) for when in moments):
+            return None
+    nodes = compress([s.node for s in cand.suspects])
+    streams = ", ".join(cand.untrusted_streams) or "untrusted sources"
+    return (
+        f"contradicted: only {streams} claim it, and the trusted kernel log of {nodes}, recording"
+        " throughout, shows no such fault"
     )
 
 
@@ -326,18 +420,31 @@ def diagnose(
     *,
     skew: float = 60.0,
     coverage: Sequence[Coverage] = (),
+    support: Sequence[Event] = (),
 ) -> Outcome:
     """Evaluate every diagnosis rule and rank the candidates (see the module docstring).
 
-    ``coverage`` tells ``unread`` conditions which sources were not read."""
+    ``events`` may be causes; ``support`` may only corroborate (``when.also``). ``coverage``
+    tells ``unread`` conditions which sources were not read, and whether a trusted kernel log
+    was recording when an untrusted hardware claim says something happened."""
     unread = frozenset(
         (c.stream, c.node) for c in coverage if c.node and c.status in UNREAD_STATUSES
     )
-    candidates = [
-        c for rule in rules if (c := _evaluate(rule, events, findings, job, unread)) is not None
+    found = [
+        c
+        for rule in rules
+        if (c := _evaluate(rule, events, findings, job, unread, support)) is not None
     ]
+    candidates: list[Candidate] = []
+    refuted: list[Alternative] = []
+    for c in found:
+        why = _contradicted(c, job, coverage, skew)
+        if why is None:
+            candidates.append(c)
+        else:
+            refuted.append(_alternative(c, why))
     if not candidates:
-        return Outcome(None, [], [])
+        return Outcome(None, [], refuted)
     candidates.sort(key=_sort_key)
     top = candidates[0]
     reasons: dict[str, str] = {}
@@ -382,17 +489,19 @@ def diagnose(
             why = f"equal priority but its evidence came {gap} s later"
         else:
             why = "same sub_domain, ranked after the winner"
-        alternatives.append(
-            Alternative(
-                cause=c.cause,
-                sub_domain=c.rule.sub_domain,
-                responsible=c.responsible,
-                summary=c.summary,
-                why_not=why,
-                priority=c.priority,
-            )
-        )
-    return Outcome(top, tied, alternatives)
+        alternatives.append(_alternative(c, why))
+    return Outcome(top, tied, alternatives + refuted)
+
+
+def _alternative(c: Candidate, why: str) -> Alternative:
+    return Alternative(
+        cause=c.cause,
+        sub_domain=c.rule.sub_domain,
+        responsible=c.responsible,
+        summary=c.summary,
+        why_not=why,
+        priority=c.priority,
+    )
 
 
 __all__ = ["Candidate", "Outcome", "SubDomain", "diagnose"]

@@ -15,6 +15,7 @@ from typing import Any
 
 from attribution.jobrecord import job_from_dict
 from attribution.model import (
+    DEFAULT_TRUST,
     Coverage,
     CoverageStatus,
     Event,
@@ -24,6 +25,7 @@ from attribution.model import (
     Severity,
     SourceRef,
     Stream,
+    Trust,
 )
 from attribution.rules.conditions import check
 from attribution.rules.correlate import build_identity, correlate
@@ -228,7 +230,7 @@ def scenario_events(ruleset: RuleSet, scenario: Scenario) -> list[Event]:
     return out
 
 
-_KNOWN = {"event", "node", "at", "role", "rank", "count", "stream", "line"}
+_KNOWN = {"event", "node", "at", "role", "rank", "count", "stream", "line", "trusted"}
 
 
 def _scenario_event(ruleset: RuleSet, spec: ScenarioEvent, index: int) -> Event:
@@ -245,7 +247,14 @@ def _scenario_event(ruleset: RuleSet, spec: ScenarioEvent, index: int) -> Event:
         role = emit.role
         component = emit.component
         severity = ex.rule.severity_level
-        stream = stream or sorted(ex.streams, key=lambda s: list(Stream).index(s))[0]
+        # by default the line comes from the most trusted stream its extractor reads
+        stream = (
+            stream
+            or sorted(
+                ex.streams,
+                key=lambda s: (DEFAULT_TRUST[s] is not Trust.TRUSTED, list(Stream).index(s)),
+            )[0]
+        )
         if emit.lookup is not None and ex.table is not None:
             row = ex.table.get(str(fields.get(emit.lookup.key)))
             if row:
@@ -263,7 +272,11 @@ def _scenario_event(ruleset: RuleSet, spec: ScenarioEvent, index: int) -> Event:
     when = None
     if spec.at is not None:
         when = BASE_TIME + timedelta(seconds=parse_duration(spec.at.lstrip("+")))
+    trusted = spec.trusted
+    if trusted is None:
+        trusted = DEFAULT_TRUST[stream or Stream.KERNEL] is Trust.TRUSTED
     return Event(
+        trusted=trusted,
         name=spec.event,
         rule=f"{ex.id}@{ex.rule.version}" if ex else "example@1",
         stream=stream or Stream.KERNEL,
@@ -346,6 +359,10 @@ def _run_diagnosis(ruleset: RuleSet, rule: DiagnosisRule, case: ExampleCase) -> 
         got = [r.node for r in winner.responsible]
         if sorted(got) != sorted(expect.responsible):
             problems.append(f"responsible {got} != {expect.responsible}")
+    if expect.suspects is not None:
+        got = [r.node for r in winner.suspects]
+        if sorted(got) != sorted(expect.suspects):
+            problems.append(f"suspects {got} != {expect.suspects}")
     if expect.sub_domain is not None and rule.sub_domain != expect.sub_domain:
         problems.append(f"sub_domain {rule.sub_domain} != {expect.sub_domain}")
     if expect.summary_contains and expect.summary_contains not in winner.summary:

@@ -20,7 +20,7 @@ import ahocorasick
 from humanfriendly import InvalidSize, parse_size
 
 from attribution.hostlist import short_name
-from attribution.model import Event, EventRole, LogLine, Severity, Stream
+from attribution.model import DEFAULT_TRUST, Event, EventRole, LogLine, Severity, Stream, Trust
 from attribution.rules.loader import CompiledExtractor, RuleSet
 from attribution.rules.schema import FieldSpec
 from attribution.rules.template import placeholders, render
@@ -33,6 +33,7 @@ MAX_RULE_TIMEOUTS = 20  # lines one extractor may run out of time on before it i
 _NCCL_INFO = "NCCL INFO "
 _SIZE = re.compile(r"\d+(?:\.\d+)?\s*(?:[KMGTPE]i?B?|B|bytes?)?", re.IGNORECASE)
 _ROLE_VALUES = frozenset(r.value for r in EventRole)
+_DEFAULT_TRUSTED = {stream: trust is Trust.TRUSTED for stream, trust in DEFAULT_TRUST.items()}
 
 
 def _convert(value: str | None, spec: FieldSpec) -> Any:
@@ -129,6 +130,7 @@ class Extractor:
         # ranks print the same NCCL error), and a match object can be read again
         self._matches: dict[tuple[str, str], Any] = {}
         self._severity: dict[str, Severity] = {}
+        self._cleared_by = {ex.id: tuple(ex.rule.emit.cleared_by) for ex in ruleset.extractors}
         self._label_names: dict[str, tuple[str, ...]] = {}
         self._labels: dict[tuple[Any, ...], str] = {}
         self._matchers: dict[Stream, _StreamMatcher] = {}
@@ -231,6 +233,7 @@ class Extractor:
         for name, (top, bottom) in ratios:
             fields[name] = _ratio(fields.get(top), fields.get(bottom))
         role = emit.role
+        persists = emit.persists
         severity = self._severity.get(ex.id)
         if severity is None:
             severity = self._severity[ex.id] = ex.rule.severity_level
@@ -247,6 +250,8 @@ class Extractor:
                     sev = str(row[emit.lookup.severity_from]).upper()
                     if sev in Severity.__members__:
                         severity = Severity[sev]
+                if emit.lookup.persists_from:
+                    persists = persists or row.get(emit.lookup.persists_from) is True
         # the line's own identity, unless the rule extracted a field of the same name
         values = {"node": line.node, "host": line.host, "rank": line.rank, **fields}
         node = line.node
@@ -283,8 +288,12 @@ class Extractor:
             device=device,
             component=emit.component,
             task=line.task,
-            persists=emit.persists,
+            persists=persists,
+            cleared_by=self._cleared_by[ex.id],
             reported_late=emit.reported_late,
+            scope=emit.scope,
+            ident=line.ident,
+            trusted=line.trusted if line.trusted is not None else _DEFAULT_TRUSTED[line.stream],
         )
 
 
@@ -334,11 +343,13 @@ class EventCollector:
         self._rule_node_keys: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         self._rule_ranks: dict[tuple[Any, ...], int] = defaultdict(int)
         self._last_of_rule: dict[tuple[str, str | None], Event] = {}
-        self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
+        self._seen: OrderedDict[tuple[Any, ...], bool] = OrderedDict()
         self._dedupe_memory = dedupe_memory
         self.events: list[Event] = []
         self.seq = 0
         self.total = 0
+        # node -> process ids that printed the job's own output (``ownership.assess``)
+        self.pids: dict[str, set[int]] = {}
 
     def _in_window(self, when: datetime | None) -> bool | None:
         if when is None:
@@ -354,14 +365,17 @@ class EventCollector:
         event.in_window = self._in_window(event.time)
         event.during_job = during(event.time, self.span)
         if event.time is not None and event.stream in (Stream.KERNEL, Stream.SYSLOG):
-            # the same kernel line often reaches both kern.log and syslog
+            # the same kernel line often reaches both kern.log and syslog: keep one copy, the
+            # one from the more trusted source (an untrusted copy kept first is dropped later,
+            # by ``ownership.assess``, when the trusted one arrives)
             dkey = (event.node, event.rule, event.time.replace(microsecond=0), event.text)
-            other = (event.stream,)
-            seen_key = (*dkey, other)
             for stream in (Stream.KERNEL, Stream.SYSLOG):
-                if stream is not event.stream and (*dkey, (stream,)) in self._seen:
+                if stream is event.stream:
+                    continue
+                first = self._seen.get((*dkey, stream))
+                if first is not None and (first or not event.trusted):
                     return
-            self._seen[seen_key] = None
+            self._seen[(*dkey, event.stream)] = event.trusted
             if len(self._seen) > self._dedupe_memory:
                 self._seen.popitem(last=False)
         group = self._group_by.get(event.rule)

@@ -128,6 +128,7 @@ class Lookup(Strict):
     prefix: str = ""
     role_from: str | None = None  # a column whose value overrides the event role
     severity_from: str | None = None
+    persists_from: str | None = None  # a boolean column: the row's fault lasts until reboot
 
 
 class Match(Strict):
@@ -178,9 +179,16 @@ class Emit(Strict):
     group_by: list[str] | None = None  # fields that keep events apart when folding repeats
     fallback: bool = False  # dropped when a non-fallback extractor matched the same line
     persists: bool = False  # a broken state that lasts until the node reboots (see docs/rules.md)
+    # events that end that state before a reboot, on the same node (and device, when both name
+    # one): the link came up again, the service started
+    cleared_by: list[Annotated[str, Field(pattern=EVENT_PATTERN)]] = []
     # the message is logged up to this many seconds after what it reports (slurmctld notices a
     # dead node only after SlurmdTimeout); time order with other evidence allows for it
     reported_late: float = Field(default=0.0, ge=0.0)
+    # what the line is about, which decides whose it is on a shared node (docs/rules.md):
+    # node (node-wide by nature), gpu (the GPU its device names), process (the cgroup, uid or
+    # pid it names) or job (the job id it names). Every extractor of a node stream says which.
+    scope: Literal["node", "gpu", "process", "job"] | None = None
 
     @field_validator("fields")
     @classmethod
@@ -311,6 +319,7 @@ class JobConditions(Strict):
     duration: Condition | None = None  # seconds
     cancelled_by_owner: bool | None = None
     reason: Condition | None = None
+    gpus: Condition | None = None  # GPUs allocated (gres_detail); unknown matches nothing
 
 
 class When(Strict):
@@ -366,6 +375,7 @@ class ScenarioEvent(BaseModel):
     count: int = 1
     stream: Stream | None = None
     line: int | None = Field(default=None, ge=1)  # line in the example's one file (default: order)
+    trusted: bool | None = None  # default: what the stream is (model.DEFAULT_TRUST)
 
     @field_validator("at")
     @classmethod
@@ -381,6 +391,7 @@ class ScenarioExpect(Strict):
     demoted: list[int] | None = None  # indexes into events
     context: list[int] | None = None
     responsible: list[str] | None = None
+    suspects: list[str] | None = None  # nodes named only by untrusted evidence
     sub_domain: SubDomain | None = None
     terminal_state: TerminalState | None = None
     summary_contains: str | None = None

@@ -7,6 +7,8 @@ tools; REPORT A5). Every backend answers the same three questions:
 - ``get_job(ref, env, spooled_at)``: the ``JobRecord`` of one job run, from
   accounting (sacct), the controller while it still holds the job (scontrol)
   and the EpilogSlurmctld environment spooled by the hook;
+- ``other_jobs(job, start, end)``: which other jobs ran on the job's nodes in its window
+  (whose evidence may sit in the same node logs);
 - ``get_comment(job, field)``: the job's AdminComment or SystemComment now;
 - ``set_comment(job, field, text)``: write one of them after the job ended.
 """
@@ -16,10 +18,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from attribution.errors import SlurmError
-from attribution.model import JobRecord
+from attribution.model import JobRecord, OtherJob
 
 if TYPE_CHECKING:
     from attribution.config import SlurmSettings
@@ -152,6 +155,16 @@ class SlurmBackend(Protocol):
 
         Raises:
             NotReady: Slurm has no final record of it yet.
+            SlurmError: Slurm could not be asked.
+        """
+        ...
+
+    def other_jobs(
+        self, job: JobRecord, start: datetime, end: datetime
+    ) -> dict[str, tuple[OtherJob, ...]]:
+        """Per node of the job, the other jobs that ran there between ``start`` and ``end``.
+
+        Raises:
             SlurmError: Slurm could not be asked.
         """
         ...

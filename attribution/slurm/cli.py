@@ -21,14 +21,37 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from attribution.errors import SlurmError
-from attribution.model import JobRecord
+from attribution.hostlist import HostlistError, expand
+from attribution.model import JobRecord, OtherJob
 from attribution.slurm import FINAL_STATES, CommentField, JobRef, NotReady
-from attribution.slurm.parse import group_steps, parse_sacct, parse_scontrol
+from attribution.slurm.parse import (
+    NODE_GRES,
+    group_steps,
+    parse_node_gres,
+    parse_sacct,
+    parse_scontrol,
+)
 from attribution.slurm.resolve import SACCT_FIELDS, SACCT_TEXT, build_job_record, pick_record
 
 DELIMITER = "\x1f"  # ASCII unit separator: never in the fields we ask for
+OTHER_FIELDS = ("JobIDRaw", "Start", "End", "NodeList")
+MAX_OTHER_ROWS = 50_000  # other jobs on a job's nodes during its window read at the most
+
+
+def _local(when: datetime) -> str:
+    """A time as sacct's -S/-E read it: local time of this process, to the second."""
+    return datetime.fromtimestamp(when.timestamp()).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _epoch(text: str | None) -> datetime | None:
+    """sacct's time (SLURM_TIME_FORMAT=%s: epoch seconds); None for Unknown/None."""
+    value = (text or "").strip()
+    return datetime.fromtimestamp(int(value), UTC) if value.isdecimal() else None
+
+
 _VERSION = re.compile(r"(\d+)\.(\d+)")
 
 
@@ -146,18 +169,24 @@ class CliBackend:
         return {}
 
     def scontrol(self, ref: JobRef) -> dict[str, str] | None:
-        """``scontrol show job -o`` while slurmctld still holds the job, else ``None``."""
+        """``scontrol show job -d -o`` while slurmctld still holds the job, else ``None``.
+
+        ``-d`` adds the per-node GRES (``GRES=gpu:h100:2(IDX:0-1)``): which GPUs the job had on
+        each node, known only while the job is in slurmctld's memory (``MinJobAge``). It is
+        kept under ``NODE_GRES`` (one ``hostlist<TAB>GRES`` line per node group)."""
         try:
             result = self.run(
                 "scontrol",
-                ["show", "job", "-o", ref.query_id],
+                ["show", "job", "-d", "-o", ref.query_id],
                 ok=lambda r: r.rc == 0 or "Invalid job id" in r.err,
             )
         except SlurmError:
             return None
         if result.rc != 0 or not result.out.strip():
             return None
-        return parse_scontrol(result.out)
+        out = parse_scontrol(result.out)
+        out[NODE_GRES] = "\n".join(f"{n}\t{g}" for n, g in parse_node_gres(result.out).items())
+        return out
 
     def get_job(
         self,
@@ -177,6 +206,41 @@ class CliBackend:
         if job.state not in FINAL_STATES:
             raise NotReady(f"job {ref.query_id} is {job.state or 'in an unknown state'}, not ended")
         return job
+
+    def other_jobs(
+        self, job: JobRecord, start: datetime, end: datetime
+    ) -> dict[str, tuple[OtherJob, ...]]:
+        """The other jobs that ran on the job's nodes between ``start`` and ``end`` (UTC):
+        ``sacct -a -X -N <nodes> -S -E``, one call for all nodes.
+
+        Raises:
+            SlurmError: sacct failed.
+        """
+        if not job.nodes:
+            return {}
+        args = ["-a", "-X", "-P", "-n", f"--delimiter={DELIMITER}", "-N", job.nodelist]
+        args += ["-S", _local(start), "-E", _local(end)]
+        if job.cluster:
+            args += ["-M", job.cluster]
+        args += ["-o", ",".join(OTHER_FIELDS)]
+        result = self.run("sacct", args, ok=lambda r: r.rc == 0)
+        mine = set(job.nodes)
+        out: dict[str, list[OtherJob]] = {}
+        for row in parse_sacct(result.out, OTHER_FIELDS, delimiter=DELIMITER)[:MAX_OTHER_ROWS]:
+            raw = row.get("JobIDRaw", "")
+            if not raw.isdecimal() or raw == job.job_id:
+                continue
+            began = _epoch(row.get("Start"))
+            if began is None:
+                continue  # it never started
+            try:
+                shared = [n for n in expand(row.get("NodeList")) if n in mine]
+            except HostlistError:
+                continue
+            other = OtherJob(raw, began, _epoch(row.get("End")))
+            for node in shared:
+                out.setdefault(node, []).append(other)
+        return {node: tuple(jobs) for node, jobs in out.items()}
 
     def get_comment(self, job: JobRecord, field: CommentField) -> str | None:
         """The job's AdminComment/SystemComment now (newest record), ``None`` when empty."""

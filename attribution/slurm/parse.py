@@ -118,6 +118,31 @@ def parse_scontrol(text: str) -> dict[str, str]:
     return out
 
 
+# The key under which ``parse_scontrol`` keeps the per-node GRES of ``scontrol show job -d``:
+# one "hostlist<TAB>GRES" line per node group. Slurm prints no key with a space, so a job name
+# that imitates keys cannot set it.
+NODE_GRES = "node gres"
+_NODE_GRES = re.compile(
+    r"(?:^|\s)Nodes=(?P<nodes>\S+) CPU_IDs=\S+ Mem=\S+"
+    r"(?: (?!Nodes=)[\w/:]+=\S*)*? GRES=(?P<gres>\S*)"
+)
+
+
+def parse_node_gres(text: str) -> dict[str, str]:
+    """The per-node GRES of one job of ``scontrol show job -d -o``: node list -> GRES text
+    (``gpu:h100:2(IDX:0-1)``; empty when the node gave the job no GRES).
+
+    A node list seen twice keeps its last text: Slurm prints the real per-node lines after the
+    job name, which is where a name imitating them would sit. Only the first job is read.
+    """
+    line = text.strip().split("\n", 1)[0]
+    out: dict[str, str] = {}
+    for m in _NODE_GRES.finditer(line):
+        gres = m.group("gres")
+        out[m.group("nodes")] = "" if gres in ("(null)", "N/A") else gres
+    return out
+
+
 # --------------------------------------------------------------------- output patterns
 
 # Slurm's NO_VAL: what %a expands to in a job that is not an array task.
@@ -204,12 +229,14 @@ def default_output_pattern(is_array: bool) -> str:
 
 
 __all__ = [
+    "NODE_GRES",
     "NO_VAL",
     "PatternFields",
     "SacctRecord",
     "default_output_pattern",
     "expand_output_pattern",
     "group_steps",
+    "parse_node_gres",
     "parse_sacct",
     "parse_scontrol",
     "split_jobid",

@@ -14,10 +14,11 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from attribution.errors import SlurmError
-from attribution.model import JobRecord
+from attribution.model import JobRecord, OtherJob
 from attribution.slurm import FINAL_STATES, CommentField, JobRef, NotReady
 from attribution.slurm.cli import CliBackend
 from attribution.slurm.parse import SacctRecord
@@ -111,6 +112,12 @@ class PyslurmBackend:
         if job.state not in FINAL_STATES:
             raise NotReady(f"job {ref.query_id} is {job.state or 'in an unknown state'}, not ended")
         return job
+
+    def other_jobs(
+        self, job: JobRecord, start: datetime, end: datetime
+    ) -> dict[str, tuple[OtherJob, ...]]:
+        """See ``SlurmBackend.other_jobs`` (one sacct call through the CLI)."""
+        return self.cli.other_jobs(job, start, end)
 
     def get_comment(self, job: JobRecord, field: CommentField) -> str | None:
         db = self._db_job(JobRef.from_job(job))

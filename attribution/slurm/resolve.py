@@ -23,6 +23,7 @@ from attribution.hostlist import HostlistError, expand
 from attribution.jobrecord import job_from_dict
 from attribution.model import JobRecord
 from attribution.slurm.parse import (
+    NODE_GRES,
     PatternFields,
     SacctRecord,
     default_output_pattern,
@@ -84,6 +85,45 @@ def pick_record(records: list[SacctRecord], spooled_at: float | None) -> SacctRe
         if timed:
             return records[min(timed)[1]]
     return records[-1]
+
+
+# OverSubscribe as scontrol prints it (and SLURM_JOB_OVERSUBSCRIBE): only NO is exclusive use
+# (--exclusive); OK, YES, USER, MCS and TOPO all let other jobs onto the nodes
+_OVERSUBSCRIBE_EXCLUSIVE = {"NO": True, "OK": False, "YES": False, "USER": False, "MCS": False}
+_TRUE = {"1", "yes", "true", "exclusive", "job"}
+_FALSE = {"0", "no", "false", "none", "user", "mcs", "topo", "ok"}
+
+
+def _exclusive(env: Mapping[str, str], ctl: Mapping[str, str] | None) -> bool | None:
+    """Whether the job had its nodes to itself: 26.05's ``SLURM_JOB_EXCLUSIVE``, 24.11's
+    ``SLURM_JOB_OVERSUBSCRIBE`` (both in the EpilogSlurmctld environment), else scontrol's
+    ``OverSubscribe`` while the job is in memory; None when none says."""
+    value = (env.get("SLURM_JOB_EXCLUSIVE") or "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    for text in (env.get("SLURM_JOB_OVERSUBSCRIBE"), _val(ctl, "OverSubscribe")):
+        word = (text or "").strip().upper().split(":", 1)[0]
+        if word in _OVERSUBSCRIBE_EXCLUSIVE:
+            return _OVERSUBSCRIBE_EXCLUSIVE[word]
+    return None
+
+
+def _gres_detail(ctl: Mapping[str, str] | None, nodes: set[str]) -> dict[str, str]:
+    """Per-node GRES text of the job's own nodes from scontrol's ``-d`` lines (``NODE_GRES``);
+    empty when slurmctld no longer holds the job."""
+    out: dict[str, str] = {}
+    for line in ((ctl or {}).get(NODE_GRES) or "").splitlines():
+        hostlist, _, gres = line.partition("\t")
+        try:
+            named = expand(hostlist)
+        except HostlistError:
+            continue
+        for node in named:
+            if node in nodes:
+                out[node] = gres
+    return out
 
 
 def _worst_step_exit(steps: list[dict[str, str]]) -> str | None:
@@ -175,11 +215,15 @@ def build_job_record(
     data["time_limit"] = first(_val(acct, "Timelimit"), _val(ctl, "TimeLimit"))
     data["admin_comment"] = first(_val(acct, "AdminComment"), _val(ctl, "AdminComment"))
 
-    # output files
+    # ownership facts: exclusive use of the nodes, and the GPUs the job had on each
     try:
         nodes = expand(data["nodes"])
     except HostlistError:
         nodes = ()
+    data["exclusive"] = _exclusive(env, ctl)
+    data["gres_detail"] = _gres_detail(ctl, set(nodes))
+
+    # output files
     fields = PatternFields(
         job_id=str(job_id or ""),
         array_job_id=array_job,

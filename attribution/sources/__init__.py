@@ -24,7 +24,16 @@ from typing import Protocol
 
 from attribution.errors import SourceError
 from attribution.hostlist import short_name
-from attribution.model import SYNTHETIC_IDENT, Coverage, CoverageStatus, LogLine, SourceRef, Stream
+from attribution.model import (
+    DEFAULT_TRUST,
+    SYNTHETIC_IDENT,
+    Coverage,
+    CoverageStatus,
+    LogLine,
+    SourceRef,
+    Stream,
+    Trust,
+)
 from attribution.sources.prefix import Prefix, parse_prefix
 from attribution.sources.reader import (
     DECODE_ERRORS,
@@ -94,7 +103,8 @@ class SourceSpec:
     owner controls); ``owner_uid``, when set, refuses files not owned by that uid;
     ``max_bytes`` caps how much of each file is read (the tail is kept).
     ``notes`` are remarks for the coverage entry (files left out and why);
-    ``problem``, when set, makes the source unreadable with that reason.
+    ``problem``, when set, makes the source unreadable with that reason; ``trust`` says
+    whether users can write it (docs/verdict.md, "Ownership and trust").
     """
 
     stream: Stream
@@ -106,6 +116,12 @@ class SourceSpec:
     max_bytes: int | None = None
     notes: list[str] = field(default_factory=list)
     problem: str | None = None
+    trust: Trust | None = None  # None: what the stream is by default (``DEFAULT_TRUST``)
+    kind: str = "file"  # "file": plain or compressed text; "journal": systemd journal files
+
+    @property
+    def trust_level(self) -> Trust:
+        return self.trust or DEFAULT_TRUST[self.stream]
 
 
 # Streams whose files are written in time order: they can be read by time window.
@@ -270,6 +286,17 @@ class SourceReader:
         self.earlier_boot = 0  # uptime-only lines of a boot that ended before the job window
         self.odd_prefixes = 0  # lines whose prefix could not be parsed (read as plain text)
         self.bytes_on_disk = 0
+        # the span the source is known to have been recording: first and last placed stamp
+        self.first_seen: datetime | None = None
+        self.last_seen: datetime | None = None
+
+    def _seen(self, when: datetime | None) -> None:
+        if when is None:
+            return
+        if self.first_seen is None or when < self.first_seen:
+            self.first_seen = when
+        if self.last_seen is None or when > self.last_seen:
+            self.last_seen = when
 
     # ------------------------------------------------------------------ public
 
@@ -306,6 +333,10 @@ class SourceReader:
                     yield last
             if stats.error:
                 self.errors.append(f"{shown}: {stats.error}")
+
+    def coverages(self) -> list[Coverage]:
+        """This source's coverage entries (one; a journal of many hosts gives one per node)."""
+        return [self.coverage()]
 
     def coverage(self) -> Coverage:
         """The coverage entry for this source (call after ``lines()`` is exhausted)."""
@@ -355,6 +386,9 @@ class SourceReader:
             bytes=total_bytes,
             lines=total_lines,
             reason="; ".join(reasons) or None,
+            trust=self.spec.trust_level,
+            first_at=self.first_seen,
+            last_at=self.last_seen,
         )
 
     # ------------------------------------------------------------------ files
@@ -470,9 +504,11 @@ class SourceReader:
         follow = ctx.follow.get(self.spec.stream, 0)
         base = 0
         if windowed and isinstance(handle, io.FileIO) and ctx.window and ctx.window[0]:
-            base = self._seek(handle, stats, ctx.window[0] - timedelta(seconds=ctx.tolerance))
+            target = ctx.window[0] - timedelta(seconds=ctx.tolerance)
+            base = self._seek(handle, stats, target)
             if base:
                 self.notes.append(f"{shown}: read from byte {base}, the start of the job window")
+                self._seen(target)  # the bisection found lines stamped before it
         stop = None
         if windowed and ctx.window and ctx.window[1]:
             stop = ctx.window[1] + timedelta(seconds=ctx.tolerance)
@@ -485,6 +521,7 @@ class SourceReader:
         long_skip = False
         max_line = ctx.max_line
         size = WINDOW_CHUNK if stop is not None else CHUNK
+        last_line: _Raw | None = None  # the file's last line, parsed (not emitted) for last_seen
         while True:
             try:
                 data = handle.read(size)
@@ -510,6 +547,8 @@ class SourceReader:
             eof = not data
             buf = carry + data
             if not buf:
+                if last_line is not None:
+                    yield last_line
                 return
             cut = len(buf) if eof else buf.rfind(b"\n") + 1
             if cut == 0:  # no newline yet: one very long line
@@ -537,6 +576,17 @@ class SourceReader:
                 )
             newlines = counted + block.count(b"\n", pos)
             n_lines = newlines + (0 if block.endswith(b"\n") else 1)
+            tail_start = block.rfind(b"\n", 0, len(block) - 1) + 1
+            if not picked or picked[-1][0] != tail_start:
+                end_nl = block.find(b"\n", tail_start)
+                last_line = _Raw(
+                    lineno + n_lines if known else 0,
+                    offset + tail_start,
+                    block[tail_start : end_nl if end_nl >= 0 else len(block)][:max_line],
+                    False,
+                )
+            else:
+                last_line = None
             if tail is not None:
                 tail.push(block, lineno + 1 if known else 0, offset, newlines)
             head_left = max(0, head_left - n_lines)
@@ -548,6 +598,7 @@ class SourceReader:
                 if last is not None and last > stop:
                     back = self._clock_goes_back(handle, offset, stop)
                     if back is None:
+                        self._seen(last)
                         first = _first_stamp(block.split(b"\n"), ctx) if base == 0 else None
                         if first is not None and first > stop and offset == len(block):
                             # nothing of this file lies in the window: say so, a node whose
@@ -688,6 +739,7 @@ class SourceReader:
         nodes = set(ctx.job_nodes)
         stream = self.spec.stream
         job_stream = stream in (Stream.JOB_STDOUT, Stream.JOB_STDERR)
+        trusted = self.spec.trust_level is Trust.TRUSTED
         for item in raws:
             raw = decode_line(item.data)
             if not raw.strip():
@@ -698,6 +750,7 @@ class SourceReader:
                 self.odd_prefixes += 1
                 p = Prefix(text=raw)
             when = clock.place(p.time, p.uptime, p.text)
+            self._seen(when)
             if when is None and p.uptime is not None and item.emit:
                 if clock.before_job(ctx.reference, ctx.tolerance):
                     self.earlier_boot += 1
@@ -723,6 +776,7 @@ class SourceReader:
                 device=p.device,
                 task=p.task,
                 ident=p.ident,
+                trusted=trusted,
             )
 
 
@@ -861,9 +915,29 @@ def _skip_to_tail(handle: io.FileIO, max_bytes: int) -> None:
         return
 
 
+class Reader(Protocol):
+    """What ``read_sources`` gives for each source: its lines, then its coverage."""
+
+    spec: SourceSpec
+    errors: list[str]
+
+    def lines(self) -> Iterator[LogLine]: ...
+
+    def coverages(self) -> list[Coverage]: ...
+
+
+def reader_for(spec: SourceSpec, ctx: ReadContext) -> Reader:
+    """A ``SourceReader`` for files, a ``journal.JournalReader`` for journal files."""
+    if spec.kind == "journal":
+        from attribution.sources.journal import JournalReader
+
+        return JournalReader(spec, ctx)
+    return SourceReader(spec, ctx)
+
+
 def read_sources(
     specs: Sequence[SourceSpec], ctx: ReadContext, *, workers: int = 1, queue_lines: int = 4096
-) -> tuple[list[SourceReader], Iterator[LogLine]]:
+) -> tuple[list[Reader], Iterator[LogLine]]:
     """Readers for ``specs`` and one iterator over all their lines, source by source.
 
     With ``workers`` > 1, up to that many sources are read ahead in threads
@@ -872,7 +946,7 @@ def read_sources(
     result is the same as reading one source after another; each read-ahead
     source buffers at most ``queue_lines`` lines (bounded memory).
     """
-    readers = [SourceReader(spec, ctx) for spec in specs]
+    readers = [reader_for(spec, ctx) for spec in specs]
     if workers <= 1 or len(readers) <= 1:
 
         def chain() -> Iterator[LogLine]:
@@ -889,7 +963,7 @@ def read_sources(
 _DONE = object()
 
 
-def _read_ahead(readers: list[SourceReader], workers: int, queue_lines: int) -> Iterator[LogLine]:
+def _read_ahead(readers: list[Reader], workers: int, queue_lines: int) -> Iterator[LogLine]:
     """Yield every reader's lines in order while up to ``workers`` readers run ahead."""
     queues: list[queue.Queue[object]] = [queue.Queue(maxsize=queue_lines) for _ in readers]
     stop = threading.Event()

@@ -28,7 +28,10 @@ def test_defaults_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_example_is_valid() -> None:
     config = parse_config(yaml.safe_load(EXAMPLE), "example")
-    assert config.logs.kernel == ["/var/log/hosts/{node}/kern.log*"]
+    # kernel evidence from a source users cannot write: the journal's kernel transport
+    assert config.logs.kernel == []
+    assert config.logs.journal == ["/var/log/journal/remote/remote-{node}*.journal"]
+    assert config.logs.trust.syslog == "untrusted" and config.logs.trust.kernel == "trusted"
     assert config.settle_delay == 30
     assert config.job_output.max_bytes == 64 * 1024 * 1024
 
@@ -86,4 +89,6 @@ def test_shipped_example_file_is_valid() -> None:
 
     config = load_config(REPO / "contrib" / "config.yaml.example")
     assert config.logs.fabricmanager == ["/var/log/hosts/{node}/nv-fabricmanager.log*"]
+    assert config.logs.kernel == [] and config.logs.journal
+    assert config.logs.trust.syslog == "untrusted"
     assert config.retries.backoff_max == 3600

@@ -38,6 +38,10 @@ class StandIn:
             raise found
         return found
 
+    def other_jobs(self, job: JobRecord, start: datetime, end: datetime) -> dict[str, tuple]:  # type: ignore[type-arg]
+        self.asked_other_jobs = (job.job_id, start, end)
+        return {}
+
     def get_comment(self, job: JobRecord, field: str) -> str | None:
         return self.comments.get((job.display_id, field))
 

@@ -1,0 +1,278 @@
+"""Read systemd journal files (``*.journal``) through ``journalctl`` into ``LogLine``s.
+
+The journal records who wrote each entry, in fields the writer cannot set: ``_TRANSPORT``
+(``kernel`` only for what journald read from the kernel's ring buffer), ``_UID``, ``_PID``.
+So one journal feeds two streams:
+
+- ``kernel``: entries of the kernel transport. Trusted: ``logger -t kernel`` and every other
+  user-space write arrive by another transport (docs/verdict.md, "Ownership and trust").
+- ``syslog``: every other entry. A line is trusted when root's process wrote it (``_UID=0``);
+  a user's line never is, whatever program name it claims.
+
+Files are read with ``journalctl --file ... -o json`` (systemd 236+), only over the job's read
+window; ``journalctl`` also tells when the files were recording (their entries just before the
+window and their last entry), which lets the diagnosis say that a kernel line a user wrote to
+syslog is absent from the kernel's own record. Works on live journals, rotated ones and the
+files ``systemd-journal-remote`` writes per host.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from attribution.hostlist import short_name
+from attribution.model import Coverage, CoverageStatus, LogLine, SourceRef, Stream, Trust
+from attribution.sources import MAX_NOTES, EveryLine, ReadContext, SourceSpec
+
+KERNEL_MATCH = ("_TRANSPORT=kernel",)
+# every transport but the kernel's (journalctl ORs matches of one field)
+OTHER_MATCH = tuple(f"_TRANSPORT={t}" for t in ("syslog", "journal", "stdout", "audit", "driver"))
+FIELDS = "MESSAGE,_TRANSPORT,SYSLOG_IDENTIFIER,_COMM,_HOSTNAME,_UID,_PID"
+TIMEOUT = 300.0  # seconds one journalctl run may take
+
+
+def journalctl() -> str | None:
+    return shutil.which("journalctl")
+
+
+def _when(entry: dict[str, object]) -> datetime | None:
+    value = entry.get("__REALTIME_TIMESTAMP")
+    try:
+        return datetime.fromtimestamp(int(str(value)) / 1e6, UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+def _text(value: object, limit: int) -> str:
+    """MESSAGE as text: journalctl prints non-UTF-8 messages as a list of byte values."""
+    if isinstance(value, list):
+        try:
+            data = bytes(int(b) & 0xFF for b in value[:limit])
+        except (TypeError, ValueError):
+            return ""
+        return data.decode("utf-8", "replace")
+    return str(value if value is not None else "")[:limit]
+
+
+class JournalReader:
+    """One journal source (``SourceSpec`` with ``kind == "journal"``): its lines and coverage.
+
+    ``spec.stream`` picks the entries: ``kernel`` the kernel transport, ``syslog`` the others.
+    ``spec.node`` None reads a journal of many hosts: entries go to the job node their
+    ``_HOSTNAME`` names, and coverage has one entry per job node seen.
+    """
+
+    def __init__(self, spec: SourceSpec, ctx: ReadContext) -> None:
+        self.spec = spec
+        self.ctx = ctx
+        self.lines_read = 0
+        self.bytes_read = 0
+        self.per_node: dict[str | None, int] = {}
+        self.errors: list[str] = []
+        self.notes: list[str] = list(spec.notes)
+        self.unreadable: list[str] = [spec.problem] if spec.problem else []
+        self.first_seen: datetime | None = None
+        self.last_seen: datetime | None = None
+
+    def _names(self) -> list[str]:
+        if len(self.spec.display) == len(self.spec.paths):
+            return self.spec.display
+        return [str(p) for p in self.spec.paths]
+
+    def _argv(self, tool: str, *extra: str) -> list[str]:
+        argv = [tool, "--no-pager", "-q", "-o", "json"]
+        argv += [f"--file={p}" for p in self.spec.paths]
+        return [*argv, *extra]
+
+    def _run(self, argv: list[str]) -> Iterator[dict[str, object]]:
+        """The entries one journalctl run prints; failures go to ``errors``."""
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                env={"LC_ALL": "C", "PATH": "/usr/bin:/bin", "SYSTEMD_COLORS": "0"},
+            )
+        except OSError as exc:
+            self.unreadable.append(f"cannot run journalctl: {exc.strerror or exc}")
+            return
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        try:
+            for raw in proc.stdout:
+                self.bytes_read += len(raw)
+                try:
+                    entry = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict):
+                    yield entry
+        finally:
+            proc.stdout.close()
+            try:
+                err = proc.stderr.read().decode("utf-8", "replace")
+                rc = proc.wait(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                rc, err = -9, "journalctl took too long"
+            proc.stderr.close()
+        if rc != 0:
+            last = err.strip().splitlines()[-1] if err.strip() else f"exit code {rc}"
+            self.errors.append(f"journalctl: {last}")
+
+    def _recording_span(self, tool: str, start: datetime | None) -> None:
+        """When the files were recording: an entry (of any kind) at or before ``start``, and
+        the last entry of all."""
+        for entry in self._run(self._argv(tool, "-n", "1", "--output-fields=_HOSTNAME")):
+            self._seen(_when(entry))
+        if start is not None:
+            until = f"--until=@{int(start.timestamp())}"
+            for entry in self._run(self._argv(tool, "-n", "1", until, "--output-fields=_UID")):
+                self._seen(_when(entry))
+
+    def _seen(self, when: datetime | None) -> None:
+        if when is None:
+            return
+        if self.first_seen is None or when < self.first_seen:
+            self.first_seen = when
+        if self.last_seen is None or when > self.last_seen:
+            self.last_seen = when
+
+    def lines(self) -> Iterator[LogLine]:
+        if not self.spec.paths or self.unreadable:
+            return
+        tool = journalctl()
+        if tool is None:
+            self.unreadable.append("journalctl is not installed: journal files cannot be read")
+            return
+        kernel = self.spec.stream is Stream.KERNEL
+        args = list(KERNEL_MATCH if kernel else OTHER_MATCH)
+        start = end = None
+        if self.ctx.window is not None:
+            slack = timedelta(seconds=self.ctx.tolerance)
+            start = self.ctx.window[0] - slack if self.ctx.window[0] else None
+            end = self.ctx.window[1] + slack if self.ctx.window[1] else None
+            if start is not None:
+                args.append(f"--since=@{int(start.timestamp())}")
+            if end is not None:
+                args.append(f"--until=@{int(end.timestamp()) + 1}")
+        selector = self.ctx.selectors.get(self.spec.stream) or EveryLine()
+        follow = self.ctx.follow.get(self.spec.stream, 0)
+        nodes = set(self.ctx.job_nodes)
+        shown = ", ".join(self._names())
+        owed = 0
+        index = 0
+        for entry in self._run(self._argv(tool, f"--output-fields={FIELDS}", *args)):
+            index += 1
+            when = _when(entry)
+            self._seen(when)
+            host = str(entry.get("_HOSTNAME") or "")
+            node = self.spec.node
+            if node is None:
+                name = short_name(host) if host else ""
+                if nodes and name not in nodes:
+                    continue
+                node = name or None
+            self.lines_read += 1
+            self.per_node[node] = self.per_node.get(node, 0) + 1
+            text = _text(entry.get("MESSAGE"), self.ctx.max_line)
+            hit = bool(selector.line_starts(text.encode("utf-8", "replace")))
+            if hit:
+                owed = follow
+            elif owed > 0:
+                owed -= 1
+            else:
+                continue
+            ident = "kernel" if kernel else str(entry.get("SYSLOG_IDENTIFIER") or "") or None
+            if ident is None and entry.get("_COMM"):
+                ident = str(entry["_COMM"])
+            trusted = kernel or str(entry.get("_UID")) == "0"
+            stamp = when.isoformat() if when else "-"
+            yield LogLine(
+                stream=self.spec.stream,
+                node=node,
+                text=text,
+                raw=f"{stamp} {host or node or '-'} {ident or '-'}: {text}",
+                source=SourceRef(shown, index),
+                time=when,
+                host=host or None,
+                pid=int(str(entry["_PID"])) if str(entry.get("_PID", "")).isdecimal() else None,
+                ident=ident,
+                trusted=trusted,
+            )
+        self._recording_span(tool, start)
+
+    def coverages(self) -> list[Coverage]:
+        """One entry, or one per job node for a journal of many hosts."""
+        reasons = self.notes[:MAX_NOTES]
+        if self.spec.stream is Stream.SYSLOG:
+            reasons.append("journal entries of root's processes are trusted, users' are not")
+        if self.unreadable:
+            status = (
+                CoverageStatus.UNREADABLE
+                if not self.spec.paths or not self.lines_read
+                else (CoverageStatus.ERROR)
+            )
+            reasons[:0] = self.unreadable
+        elif not self.spec.paths:
+            status = CoverageStatus.MISSING
+            reasons.insert(0, "no file for this source")
+        elif self.errors:
+            status = CoverageStatus.ERROR
+            reasons[:0] = self.errors
+        elif self.lines_read == 0:
+            status = CoverageStatus.EMPTY
+            reasons.insert(0, "no entries of this kind in the job's window")
+        else:
+            status = CoverageStatus.OK
+        trust = Trust.TRUSTED if self.spec.stream is Stream.KERNEL else Trust.UNTRUSTED
+        nodes: list[str | None] = [self.spec.node]
+        if self.spec.node is None and self.per_node:
+            nodes = sorted(self.per_node, key=lambda n: n or "")
+        return [
+            Coverage(
+                stream=self.spec.stream,
+                node=node,
+                status=status
+                if node is None or self.per_node.get(node) or status is not CoverageStatus.OK
+                else CoverageStatus.EMPTY,
+                files=tuple(self._names()),
+                bytes=self.bytes_read if len(nodes) == 1 else 0,
+                lines=self.per_node.get(node, self.lines_read if len(nodes) == 1 else 0),
+                reason="; ".join(reasons) or None,
+                trust=trust,
+                first_at=self.first_seen,
+                last_at=self.last_seen,
+            )
+            for node in nodes
+        ]
+
+    def coverage(self) -> Coverage:
+        return self.coverages()[0]
+
+
+def journal_specs(
+    paths: list[Path], node: str | None, display: list[str] | None = None
+) -> list[SourceSpec]:
+    """The two sources (kernel transport, the rest) of one set of journal files."""
+    return [
+        SourceSpec(
+            stream=stream,
+            node=node,
+            paths=list(paths),
+            display=list(display or [str(p) for p in paths]),
+            kind="journal",
+            trust=Trust.TRUSTED if stream is Stream.KERNEL else Trust.UNTRUSTED,
+        )
+        for stream in (Stream.KERNEL, Stream.SYSLOG)
+    ]
+
+
+__all__ = ["JournalReader", "journal_specs", "journalctl"]
