@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # .ci/slurm-up.sh: start a real single-node Slurm cluster for the tests in tests/slurm/,
-# with this repository's slurm/epilog-slurmctld installed as EpilogSlurmctld.
+# with this repository's slurm/epilog-slurmctld installed as EpilogSlurmctld (and as
+# PrologSlurmctld, which records the GPUs each job gets).
 #
 # Debian 12 packages (Slurm 22.05), all daemons on loopback, no systemd needed:
 # munged, mariadbd, slurmdbd, slurmctld and slurmd are started by hand and write PID files
@@ -96,7 +97,7 @@ for u in "$TEST_USER" "$TEST_USER2"; do id "$u" >/dev/null 2>&1 || useradd -m -s
 
 # ------------------------------------------------------------------ the hook and its spool
 install -d -m 0770 -o root -g slurm "$SPOOL"
-for d in tmp new work done failed retry; do install -d -m 0770 -o root -g slurm "$SPOOL/$d"; done
+for d in tmp new work done failed retry alloc; do install -d -m 0770 -o root -g slurm "$SPOOL/$d"; done
 install -D -m 0755 "$REPO/slurm/epilog-slurmctld" "$LIBEXEC/epilog-slurmctld"
 install_if_changed "$LIBEXEC/epilog-wrapper" 0755 root:root <<EOW || true
 #!/bin/sh
@@ -193,6 +194,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 JobCompType=jobcomp/none
 EpilogSlurmctld=$LIBEXEC/epilog-wrapper
+PrologSlurmctld=$LIBEXEC/epilog-wrapper
 PrologEpilogTimeout=30
 NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$mem $gres_node State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP

@@ -10,6 +10,8 @@ Layout (docs/bundles.md)::
     <bundle>/slurmctld.log                 optional, the controller's log
     <bundle>/expected.yaml                 optional, the hand-written answer
     <bundle>/history.yaml                  optional, earlier jobs' GPU errors (XID repeats)
+    <bundle>/bundle.json                   optional, what wrote it and each stream's trust
+    <bundle>/nodes/<node>/*.journal        systemd journal files (or journalctl -o json: *.jsonl)
 
 Any file may be gzip or zstd compressed; rotated files (``kern.log.1.gz``) are
 read oldest first.
@@ -31,7 +33,7 @@ from attribution.analyze import AnalysisOptions, analyze, read_window
 from attribution.errors import BundleError, Location, RuleError
 from attribution.history import PriorGpuError, read_history_file
 from attribution.jobrecord import job_from_dict
-from attribution.model import JobRecord, Stream, Verdict
+from attribution.model import JobRecord, Stream, Trust, Verdict
 from attribution.rules.loader import RuleSet
 from attribution.scan import read_context
 from attribution.sources import (
@@ -41,6 +43,7 @@ from attribution.sources import (
     node_stream_for,
     read_sources,
 )
+from attribution.sources.journal import is_journal_file, journal_specs
 
 # Streams every job node is expected to have; absent ones get a "missing" coverage entry.
 EXPECTED_NODE_STREAMS = (Stream.KERNEL, Stream.SYSLOG, Stream.FABRICMANAGER)
@@ -187,6 +190,41 @@ def read_job(path: Path) -> JobRecord:
     return job_from_dict(data, source)
 
 
+MANIFEST = "bundle.json"
+
+
+def read_manifest(path: Path) -> dict[Stream, Trust]:
+    """The per-stream trust a bundle's ``bundle.json`` declares (``sattr bundle`` writes it from
+    the site's configuration); without the file, every stream has its default trust.
+
+    Raises:
+        BundleError: a file that is not JSON, or a trust entry that names no stream or level.
+    """
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BundleError(f"cannot read: {exc}", Location(str(path))) from None
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"invalid JSON: {exc.msg}", Location(str(path), exc.lineno)) from None
+    declared = data.get("trust", {}) if isinstance(data, dict) else None
+    if not isinstance(declared, dict):
+        raise BundleError("'trust' must map stream names to trusted|untrusted", Location(str(path)))
+    out: dict[Stream, Trust] = {}
+    for name, level in declared.items():
+        try:
+            out[Stream(name)] = Trust(level)
+        except ValueError:
+            raise BundleError(
+                f"trust: {name!r}: {level!r} is not a stream with trusted or untrusted",
+                Location(str(path)),
+            ) from None
+    if any(s in out for s in (Stream.JOB_STDOUT, Stream.JOB_STDERR)):
+        raise BundleError("trust: the job's own output is always untrusted", Location(str(path)))
+    return out
+
+
 def read_expected(path: Path) -> dict[str, Any] | None:
     """Read ``expected.yaml`` if present.
 
@@ -215,6 +253,7 @@ def load_bundle(path: Path | str) -> Bundle:
     if not root.is_dir():
         raise BundleError("not a bundle directory", Location(str(root)))
     job = read_job(_contained(root, root / "job.json"))
+    trust = read_manifest(_contained(root, root / MANIFEST))
     specs: list[SourceSpec] = []
     notes: list[str] = []
 
@@ -250,19 +289,30 @@ def load_bundle(path: Path | str) -> Bundle:
         if node_listing.problem and not listing.problem:
             listing.problem = node_listing.problem
         left_out = list(listing.notes)
+        journals: list[Path] = []
         for file in listing.files:
+            if is_journal_file(file.name):
+                journals.append(file)
+                continue
             kind = node_stream_for(file.name)
             if kind is None:
                 left_out.append(f"{_display(root, file)}: unknown log name, not read")
                 continue
             grouped.setdefault(kind, []).append(file)
+        if journals:
+            # the journal feeds the kernel (its kernel transport) and syslog (the rest) streams
+            specs.extend(journal_specs(journals, node, [_display(root, p) for p in journals]))
+            for stream in (Stream.KERNEL, Stream.SYSLOG):
+                if not grouped.get(stream):
+                    grouped.pop(stream, None)
         if node in job.nodes or listing.problem:
             for stream in EXPECTED_NODE_STREAMS:
-                grouped.setdefault(stream, [])
-        elif not grouped:  # a directory for a node outside the job, with nothing to read
+                if not (journals and stream in (Stream.KERNEL, Stream.SYSLOG)):
+                    grouped.setdefault(stream, [])
+        elif not grouped and not journals:  # a node outside the job, with nothing to read
             notes.extend(left_out)
             continue
-        elif Stream.KERNEL not in grouped:
+        elif Stream.KERNEL not in grouped and not journals:
             grouped[Stream.KERNEL] = []
         for stream, paths in grouped.items():
             specs.append(
@@ -273,6 +323,7 @@ def load_bundle(path: Path | str) -> Bundle:
                     display=[_display(root, p) for p in paths],
                     notes=left_out if stream is Stream.KERNEL else [],
                     problem=listing.problem if not paths else None,
+                    trust=trust.get(stream),
                 )
             )
 

@@ -83,6 +83,7 @@ def main() -> None:
     sattr enqueue JOBID         (re)queue a job for the worker
     sattr rediagnose JOBID      diagnose stored jobs again with the current rules
     sattr diagnose BUNDLE       diagnose an evidence bundle offline
+    sattr bundle JOBID DIR      save what the worker reads for a job as a bundle (--redact)
     sattr backtest DIR...       score bundles against their expected.yaml
     sattr demo                  diagnose the bundled sample jobs
     sattr rules lint|test       check rules the way CI does
@@ -454,6 +455,10 @@ def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbo
 
     data = mine[0]
     verdict = verdict_from_dict(data)
+    if not viewer.admin:
+        from attribution.render import for_owner
+
+        verdict = for_owner(verdict)
     row: dict[str, Any] = rows.get(verdict.job.key) or {}
     if as_json:
         from attribution.model import verdict_to_dict
@@ -776,6 +781,109 @@ def rediagnose(
         )
     except AttributionError as exc:
         fail(str(exc))
+
+
+# --------------------------------------------------------------------- bundle
+
+
+@main.command("bundle")
+@click.argument("job")
+@click.argument("directory", type=click.Path(file_okay=False))
+@config_option
+@db_option
+@click.option(
+    "--redact",
+    is_flag=True,
+    help="Replace user, host and directory names and IP addresses by consistent stand-ins.",
+)
+def bundle_(
+    job: str, directory: str, config_path: str | None, db: str | None, redact: bool
+) -> None:
+    """Write what the worker reads for JOB as an evidence bundle in DIRECTORY (new or empty).
+
+    \b
+    JOB is a job id, an array task A_T or a SLUID: the job record comes from the verdict store,
+    else from Slurm (while sacct has it); the node logs of its window, its output and the
+    ownership facts (GPUs, exclusive use, other jobs on its nodes) are read as the worker reads
+    them. 'sattr diagnose DIRECTORY' then gives the worker's verdict, for replay, a regression
+    case or a support ticket. JOB may also be an existing bundle, to write a redacted copy.
+    Administrators only: node logs hold every job's lines.
+    """
+    from attribution.capture import capture, redact_bundle
+
+    target = Path(directory)
+    source = Path(job)
+    if source.is_dir() and (source / "job.json").is_file():
+        if not redact:
+            fail(f"{job} is a bundle already; say --redact to write a redacted copy")
+        try:
+            report = redact_bundle(source, target)
+        except AttributionError as exc:
+            fail(str(exc))
+        _echo_redaction(report)
+        return
+    config = _config(config_path)
+    if not Viewer(config.admin_groups).admin:
+        fail("sattr bundle reads every node log of the job's window: administrators only")
+    record = _bundle_job(job, config, Path(db) if db else Path(config.store))
+    import tempfile
+
+    try:
+        if redact:
+            with tempfile.TemporaryDirectory(prefix="sattr-bundle-") as tmp:
+                captured = capture(record, config, Path(tmp) / "raw")
+                report = redact_bundle(captured.path, target)
+            _echo_captured(captured.files, captured.notes, target)
+            _echo_redaction(report)
+        else:
+            captured = capture(record, config, target)
+            _echo_captured(captured.files, captured.notes, target)
+    except AttributionError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"{target}: cannot write the bundle: {exc.strerror or exc}")
+
+
+def _bundle_job(job: str, config: Any, store_path: Path) -> Any:
+    """The job record for ``sattr bundle``: the stored verdict's, else Slurm's (with the
+    ownership facts the worker adds)."""
+    from attribution.analyze import AnalysisOptions, job_window
+    from attribution.collect import ownership_facts
+    from attribution.slurm import JobRef, make_backend
+    from attribution.verdictjson import verdict_from_dict
+
+    if store_path.is_file():
+        try:
+            with _open_store(store_path) as store:
+                found = store.find(job)
+        except (AttributionError, sqlite3.Error):
+            found = []
+        if found:
+            return verdict_from_dict(found[0]).job
+    try:
+        backend = make_backend(config.slurm, timezone=config.timezone)
+        record = backend.get_job(JobRef.parse(job))
+        options = AnalysisOptions(
+            margin_before=config.window.before, margin_after=config.window.after
+        )
+        return ownership_facts(record, config, backend, job_window(record, options))
+    except AttributionError as exc:
+        fail(f"job {job}: not in the verdict store, and Slurm could not give it: {exc}")
+
+
+def _echo_captured(files: dict[str, int], notes: list[str], target: Path) -> None:
+    lines = sum(files.values())
+    click.echo(f"wrote {target}: {len(files)} file(s), {lines} line(s)")
+    for note in notes:
+        click.echo(f"sattr: note: {note}", err=True)
+
+
+def _echo_redaction(report: Any) -> None:
+    red = report.redaction
+    click.echo(
+        f"redacted copy in {report.path}: {len(red.hosts)} host(s), {len(red.users)} user(s),"
+        f" {len(red.paths)} directory(ies), {len(red.addresses)} address(es) replaced"
+    )
 
 
 # --------------------------------------------------------------------- rules

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import glob
+import logging
 import os
 import pwd
 import re
@@ -30,7 +31,9 @@ import stat
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from attribution._yaml import load_yaml_file
 from attribution.config import Config
@@ -41,6 +44,11 @@ from attribution.ownership import bus_key
 from attribution.sources import SourceSpec
 from attribution.sources.journal import journal_specs
 from attribution.sources.reader import GZIP_MAGIC, ZSTD_MAGIC
+
+if TYPE_CHECKING:
+    from attribution.slurm import SlurmBackend
+
+log = logging.getLogger("attribution.collect")
 
 NODE_STREAM_KEYS: tuple[tuple[Stream, str], ...] = (
     (Stream.KERNEL, "kernel"),
@@ -400,6 +408,30 @@ def collect(job: JobRecord, config: Config) -> Collection:
     return col
 
 
+def ownership_facts(
+    job: JobRecord,
+    config: Config,
+    backend: SlurmBackend,
+    window: tuple[datetime | None, datetime | None],
+) -> JobRecord:
+    """The job record with what ownership needs that sacct/scontrol's record lacks: the other
+    jobs on its nodes during ``window`` (one sacct call) and each node's GPU bus ids (site
+    files). What cannot be had stays unknown; the verdict's coverage then says so."""
+    changes: dict[str, Any] = {}
+    start, end = window
+    if job.other_jobs is None and start is not None and end is not None:
+        try:
+            changes["other_jobs"] = backend.other_jobs(job, start, end)
+        except AttributionError as exc:
+            log.warning("job %s: other jobs on its nodes unknown: %s", job.display_id, exc)
+    if not job.gpu_bus_ids and (config.gpus.bus_ids or config.gpus.bus_id_files):
+        bus_ids, notes = read_bus_ids(config, job.nodes)
+        for note in notes:
+            log.warning("job %s: GPU bus ids: %s", job.display_id, note)
+        changes["gpu_bus_ids"] = bus_ids
+    return dataclasses.replace(job, **changes) if changes else job
+
+
 def read_bus_ids(
     config: Config, nodes: Sequence[str]
 ) -> tuple[dict[str, tuple[str, ...]], list[str]]:
@@ -458,6 +490,7 @@ __all__ = [
     "collect",
     "copy_job_output",
     "job_owner_uid",
+    "ownership_facts",
     "parse_bus_id_lines",
     "read_bus_ids",
 ]

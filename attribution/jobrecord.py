@@ -310,7 +310,10 @@ def job_to_dict(job: JobRecord) -> dict[str, Any]:
         out["state"] = f"{job.state} by {job.cancelled_by}"
     out.pop("cancelled_by", None)
     out.pop("nodelist", None)
-    return {k: v for k, v in out.items() if v not in (None, {}, [], "")}
+    kept = {k: v for k, v in out.items() if v not in (None, {}, [], "")}
+    if job.other_jobs is not None:
+        kept["other_jobs"] = out["other_jobs"]  # {} says "no other job", absent "not known"
+    return kept
 
 
 __all__ = ["UTC", "job_from_dict", "job_to_dict", "parse_state", "parse_time"]

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from attribution.backtest import CLASSES, Report
 from attribution.hostlist import compress
-from attribution.model import ChainRole, CoverageStatus, SubDomain, Verdict
+from attribution.model import ChainEntry, ChainRole, CoverageStatus, SubDomain, Verdict
 
 DOMAIN_STYLE = {
     "hardware": "bold red",
@@ -125,9 +125,18 @@ def verdict_view(verdict: Verdict, *, verbose: bool = False) -> RenderableType:
         body.append(
             ", ".join(
                 " ".join(x for x in (r.node, r.component, r.device) if x)
+                + (f" (confirmed by {r.confirmed_by})" if r.confirmed_by else "")
                 for r in verdict.responsible
             )
         )
+    if verdict.suspects:
+        body.append("\nSuspects (unconfirmed, not blamed): ", style="bold yellow")
+        body.append(
+            ", ".join(" ".join(x for x in (r.node, r.device) if x) for r in verdict.suspects)
+        )
+    if verdict.confidence:
+        body.append("\nConfidence: ", style="bold")
+        body.append(f"{verdict.confidence.level}: {verdict.confidence.reason}")
     if verdict.action:
         body.append("\nAction: ", style="bold")
         body.append(verdict.action)
@@ -171,6 +180,9 @@ def verdict_view(verdict: Verdict, *, verbose: bool = False) -> RenderableType:
                 style="dim",
             )
         )
+    notes = verdict.ownership.get("notes") if verdict.ownership else None
+    if notes:
+        parts.append(Text("Ownership not checked: " + "; ".join(map(str, notes)), style="dim"))
     parts.append(coverage_view(verdict, verbose=verbose))
     return Group(*parts)
 
@@ -181,11 +193,15 @@ def chain_table(verdict: Verdict, *, verbose: bool = False) -> Table:
     table.add_column("first seen (UTC)")
     table.add_column("count", justify="right")
     table.add_column("nodes")
+    table.add_column("whose")
     table.add_column("symptom")
     for entry in verdict.symptom_chain:
         nodes = _nodes(entry.nodes) if entry.nodes else "-"
         if entry.node_count > 1:
             nodes += f" ({entry.node_count})"
+        whose = Text(entry.owner or "-")
+        if entry.trust == "untrusted":
+            whose.append(" untrusted", style="yellow")
         symptom = Text(entry.symptom)
         if entry.note:
             symptom.append(f" ({entry.note})", style="italic")
@@ -197,6 +213,7 @@ def chain_table(verdict: Verdict, *, verbose: bool = False) -> Table:
             _time(entry.first_at),
             str(entry.count),
             nodes,
+            whose,
             symptom,
         )
     return table
@@ -223,13 +240,14 @@ def coverage_view(verdict: Verdict, *, verbose: bool = False) -> RenderableType:
             summary.append(f" (not read: {names}{more}; --verbose for details)", style="dim")
         return summary
     table = Table(box=None, pad_edge=False)
-    for col in ("stream", "node", "status", "bytes", "lines", "untimed", "reason"):
+    for col in ("stream", "node", "status", "trust", "bytes", "lines", "untimed", "reason"):
         table.add_column(col, justify="right" if col in ("bytes", "lines", "untimed") else "left")
     for c in verdict.coverage:
         table.add_row(
             c.stream.value,
             c.node or "-",
             c.status.value,
+            c.trust.value if c.trust else "-",
             str(c.bytes),
             str(c.lines),
             str(c.untimed),
@@ -327,6 +345,24 @@ def confusion_view(confusion: dict[str, dict[str, int]]) -> Table:
             ],
         )
     return table
+
+
+HIDDEN = "(a line about another job; shown to administrators only)"
+
+
+def for_owner(verdict: Verdict) -> Verdict:
+    """The verdict as the job's owner may see it: lines about other jobs' processes and GPUs
+    (chain entries owned by another job) keep their place, count and time, not their text."""
+
+    def hide(entries: tuple[ChainEntry, ...]) -> tuple[ChainEntry, ...]:
+        return tuple(
+            dataclasses.replace(e, example=HIDDEN, source="-") if e.owner == "foreign" else e
+            for e in entries
+        )
+
+    return dataclasses.replace(
+        verdict, symptom_chain=hide(verdict.symptom_chain), ignored=hide(verdict.ignored)
+    )
 
 
 def list_view(rows: Sequence[dict[str, Any]]) -> Table:

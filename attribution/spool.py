@@ -8,6 +8,8 @@ Layout (maildir style, all on one local file system)::
     <spool>/done/     processed entries, pruned after ``retention`` seconds
     <spool>/failed/   entries that failed ``max_attempts`` times, with <key>.error beside them
     <spool>/retry/    <key>.json: attempts and next try time of entries waiting for a retry
+    <spool>/alloc/    optional: <key> is ``scontrol show job -d -o`` at the job's start, written
+                      by the same hook run as PrologSlurmctld (the GPUs it got on each node)
 
 Every state change is one ``rename`` (or ``link`` + ``unlink`` where an existing
 newer entry must win), so a worker killed at any point leaves each entry in
@@ -36,6 +38,9 @@ from typing import Any
 from attribution.errors import Location, SpoolError
 
 SUBDIRS = ("tmp", "new", "work", "done", "failed", "retry")
+# made by ``create``, used when present: a spool made before it existed still works
+OPTIONAL_SUBDIRS = ("alloc",)
+ALLOC_RETENTION = 60 * 86400.0  # a record of a job that never ended (lost epilog) goes then
 LOCK_NAME = ".worker.lock"
 STALE_TMP_SECONDS = 3600.0
 
@@ -121,7 +126,7 @@ class Spool:
         Raises:
             SpoolError: when a directory cannot be created.
         """
-        for path in (self.root, *(self.dir(d) for d in SUBDIRS)):
+        for path in (self.root, *(self.dir(d) for d in (*SUBDIRS, *OPTIONAL_SUBDIRS))):
             try:
                 path.mkdir(mode=mode, exist_ok=True)
                 if gid is not None:
@@ -291,6 +296,7 @@ class Spool:
         with contextlib.suppress(OSError):
             os.utime(dst, (now, now))
         (self.dir("retry") / f"{claimed.key}.json").unlink(missing_ok=True)
+        self.drop_alloc(claimed.key)  # the verdict's job record keeps what it said
 
     def retry(self, claimed: Claimed, error: str, *, permanent: bool = False) -> bool:
         """Record a failed try. Returns True when the entry will be retried.
@@ -357,6 +363,27 @@ class Spool:
             raise SpoolError(f"cannot enqueue: {exc.strerror or exc}", Location(str(dst))) from None
         return dst
 
+    # ------------------------------------------------------------------ allocation records
+
+    def read_alloc(self, key: str) -> str | None:
+        """What the PrologSlurmctld run of the hook recorded for ``key`` (``scontrol show job
+        -d -o`` at the job's start), or None. Never through a link, only a regular file, at
+        most ``MAX_ENTRY_BYTES`` (SlurmUser writes this directory; the worker runs as root)."""
+        path = self.dir("alloc") / key
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None
+            return fh.read(MAX_ENTRY_BYTES).decode("utf-8", errors="replace")
+
+    def drop_alloc(self, key: str) -> None:
+        """Forget the allocation record of a processed entry."""
+        with contextlib.suppress(OSError):
+            (self.dir("alloc") / key).unlink()
+
     # ------------------------------------------------------------------ housekeeping
 
     def prune(self, retention: float) -> int:
@@ -365,7 +392,10 @@ class Spool:
         Returns how many files were removed."""
         now = self.clock()
         removed = 0
-        for name, age in (("done", retention), ("tmp", STALE_TMP_SECONDS)):
+        dirs = [("done", retention), ("tmp", STALE_TMP_SECONDS)]
+        if self.dir("alloc").is_dir():
+            dirs.append(("alloc", max(retention, ALLOC_RETENTION)))
+        for name, age in dirs:
             for path in self.dir(name).iterdir():
                 try:
                     if now - path.lstat().st_mtime > age:

@@ -2,8 +2,9 @@
 
 Tables (docs/store.md): ``verdicts`` (one row per job run, keyed by SLUID or
 ``<cluster>_<jobid>_<restart>``, upserted), ``symptoms`` (the chain, one row
-per entry), ``responsible`` (one row per blamed node/device) and ``coverage``
-(one row per source). The full verdict JSON is kept in ``verdicts.verdict``
+per entry, with its owner and source trust), ``responsible`` (one row per blamed
+node/device; suspects are in ``verdicts.suspect_nodes``) and ``coverage`` (one row
+per source). The full verdict JSON is kept in ``verdicts.verdict``
 so that nothing is lost, but every field operators filter on has a column.
 """
 
@@ -142,6 +143,17 @@ def m003_gpu_errors(db: Database) -> None:
         db.table("gpu_errors").create_index(cols, if_not_exists=True)
 
 
+@migrations()
+def m004_ownership_and_trust(db: Database) -> None:
+    """Whose each chain entry is and whether its source can be trusted; nodes only untrusted
+    evidence names (suspects, never blamed); the verdict's confidence."""
+    db.table("symptoms").add_column("owner", str)
+    db.table("symptoms").add_column("trust", str)
+    db.table("coverage").add_column("trust", str)
+    db.table("verdicts").add_column("suspect_nodes", str)
+    db.table("verdicts").add_column("confidence", str)
+
+
 def _iso(value: datetime | None) -> str | None:
     return to_jsonable(value) if value is not None else None
 
@@ -242,6 +254,8 @@ class Store:
             "summary": verdict.summary,
             "action": verdict.action,
             "responsible_nodes": ",".join(dict.fromkeys(r.node for r in verdict.responsible)),
+            "suspect_nodes": ",".join(dict.fromkeys(r.node for r in verdict.suspects)) or None,
+            "confidence": verdict.confidence.level if verdict.confidence else None,
             "ruleset_version": verdict.ruleset.get("version"),
             "engine_version": verdict.engine_version,
             "diagnosed_at": _iso(verdict.diagnosed_at),
@@ -272,6 +286,8 @@ class Store:
                             "example": e.example,
                             "source": e.source,
                             "rule": e.rule,
+                            "owner": e.owner,
+                            "trust": e.trust,
                         }
                         for i, e in enumerate(verdict.symptom_chain)
                     )
@@ -305,6 +321,7 @@ class Store:
                         "untimed": c.untimed,
                         "outside_window": c.outside_window,
                         "reason": c.reason,
+                        "trust": c.trust.value if c.trust else None,
                     }
                     for c in verdict.coverage
                 )

@@ -17,7 +17,6 @@ old (node logs arrive late through syslog forwarding):
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import signal
 import threading
@@ -29,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from attribution.analyze import AnalysisOptions, analyze, job_passed, job_window, read_window
-from attribution.collect import collect, read_bus_ids
+from attribution.collect import collect, ownership_facts
 from attribution.config import Config
 from attribution.errors import AttributionError, SpoolError, StoreError
 from attribution.history import DEFAULT_DAYS, PriorGpuError, priors_from_verdict_rows
@@ -39,6 +38,7 @@ from attribution.scan import read_context
 from attribution.slurm import JobRef, NotReady, SlurmBackend, make_backend
 from attribution.slurm.admincomment import format_admin_comment, is_own_comment, plan_comment
 from attribution.slurm.hookenv import parse_entry
+from attribution.slurm.resolve import with_allocation
 from attribution.sources import read_sources
 from attribution.spool import Claimed, RetryPolicy, Spool
 from attribution.store import Store
@@ -132,24 +132,8 @@ class Worker:
             )
 
     def ownership_facts(self, job: JobRecord) -> JobRecord:
-        """The job record with what ownership needs that sacct/scontrol's record lacks: the other
-        jobs on its nodes during its window (one sacct call) and each node's GPU bus ids (site
-        files). What cannot be had stays unknown; the verdict's coverage then says so."""
-        changes: dict[str, Any] = {}
-        if job.other_jobs is None and job.start is not None and job.end is not None:
-            start, end = job_window(job, self.options)
-            try:
-                changes["other_jobs"] = self.backend.other_jobs(
-                    job, start or job.start, end or job.end
-                )
-            except AttributionError as exc:
-                log.warning("job %s: other jobs on its nodes unknown: %s", job.display_id, exc)
-        if not job.gpu_bus_ids and (self.config.gpus.bus_ids or self.config.gpus.bus_id_files):
-            bus_ids, notes = read_bus_ids(self.config, job.nodes)
-            for note in notes:
-                log.warning("job %s: GPU bus ids: %s", job.display_id, note)
-            changes["gpu_bus_ids"] = bus_ids
-        return dataclasses.replace(job, **changes) if changes else job
+        """``collect.ownership_facts`` with this worker's Slurm backend and window."""
+        return ownership_facts(job, self.config, self.backend, job_window(job, self.options))
 
     def _history(self, job: JobRecord) -> list[PriorGpuError]:
         """Earlier jobs' GPU errors on this job's nodes (and its user's), for the XID 13/31
@@ -200,6 +184,9 @@ class Worker:
                 self.spool.ack(claimed)
                 return Outcome(key, "dropped", f"job {job.display_id} completed 0:0")
             if not job_passed(job):
+                alloc = self.spool.read_alloc(key)
+                if alloc is not None:
+                    job = with_allocation(job, alloc)
                 job = self.ownership_facts(job)
             verdict = self.diagnose(job)
             spooled = datetime.fromtimestamp(claimed.spooled_at, UTC)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from attribution.hostlist import HostlistError, expand
@@ -28,6 +29,8 @@ from attribution.slurm.parse import (
     SacctRecord,
     default_output_pattern,
     expand_output_pattern,
+    parse_node_gres,
+    parse_scontrol,
     split_jobid,
 )
 
@@ -124,6 +127,21 @@ def _gres_detail(ctl: Mapping[str, str] | None, nodes: set[str]) -> dict[str, st
             if node in nodes:
                 out[node] = gres
     return out
+
+
+def with_allocation(job: JobRecord, text: str) -> JobRecord:
+    """``job`` with the per-node GRES (and OverSubscribe) of ``scontrol show job -d -o`` taken
+    at the job's start (the hook's PrologSlurmctld record), when the record is this job's.
+
+    The start-time GRES wins: once a job has ended, Slurm 22.05's scontrol still lists it but
+    prints an empty ``GRES=`` for every node (the GPUs were given back)."""
+    ctl = parse_scontrol(text)
+    if ctl.get("JobId") != job.job_id:
+        return job
+    ctl[NODE_GRES] = "\n".join(f"{n}\t{g}" for n, g in parse_node_gres(text).items())
+    gres = {**job.gres_detail, **_gres_detail(ctl, set(job.nodes))}
+    exclusive = job.exclusive if job.exclusive is not None else _exclusive({}, ctl)
+    return replace(job, gres_detail=gres, exclusive=exclusive)
 
 
 def _worst_step_exit(steps: list[dict[str, str]]) -> str | None:
@@ -247,4 +265,4 @@ def build_job_record(
     return job_from_dict(data, source="slurm")
 
 
-__all__ = ["SACCT_FIELDS", "SACCT_TEXT", "build_job_record", "pick_record"]
+__all__ = ["SACCT_FIELDS", "SACCT_TEXT", "build_job_record", "pick_record", "with_allocation"]

@@ -13,7 +13,9 @@ Files are read with ``journalctl --file ... -o json`` (systemd 236+), only over 
 window; ``journalctl`` also tells when the files were recording (their entries just before the
 window and their last entry), which lets the diagnosis say that a kernel line a user wrote to
 syslog is absent from the kernel's own record. Works on live journals, rotated ones and the
-files ``systemd-journal-remote`` writes per host.
+files ``systemd-journal-remote`` writes per host. A file that is not a journal (``*.jsonl``:
+what ``journalctl -o json`` printed, as ``sattr bundle`` saves it) is read directly, with the
+same fields and the same trust.
 """
 
 from __future__ import annotations
@@ -133,8 +135,10 @@ class JournalReader:
         for entry in self._run(self._argv(tool, "-n", "1", "--output-fields=_HOSTNAME")):
             self._seen(_when(entry))
         if start is not None:
+            # the newest entry up to the start (``-n`` alone ignores --until in systemd 252)
             until = f"--until=@{int(start.timestamp())}"
-            for entry in self._run(self._argv(tool, "-n", "1", until, "--output-fields=_UID")):
+            args = ("--reverse", "-n", "1", until, "--output-fields=_UID")
+            for entry in self._run(self._argv(tool, *args)):
                 self._seen(_when(entry))
 
     def _seen(self, when: datetime | None) -> None:
@@ -145,14 +149,46 @@ class JournalReader:
         if self.last_seen is None or when > self.last_seen:
             self.last_seen = when
 
+    def _exported(
+        self, kernel: bool, start: datetime | None, end: datetime | None
+    ) -> Iterator[dict[str, object]]:
+        """Entries of ``journalctl -o json`` output saved in files (a bundle's ``*.jsonl``):
+        the same selection as the journalctl run, and the recording span from every entry."""
+        for path in self.spec.paths:
+            try:
+                handle = path.open("rb")
+            except OSError as exc:
+                self.unreadable.append(f"{path.name}: {exc.strerror or exc}")
+                continue
+            with handle:
+                for number, raw in enumerate(handle, 1):
+                    self.bytes_read += len(raw)
+                    try:
+                        entry = json.loads(raw)
+                    except ValueError:
+                        self.notes.append(f"{path.name}:{number}: not a journal entry, skipped")
+                        continue
+                    if not isinstance(entry, dict):
+                        continue
+                    when = _when(entry)
+                    self._seen(when)
+                    if (entry.get("_TRANSPORT") == "kernel") is not kernel:
+                        continue
+                    if when is not None and (
+                        (start is not None and when < start) or (end is not None and when > end)
+                    ):
+                        continue
+                    yield entry
+
     def lines(self) -> Iterator[LogLine]:
         if not self.spec.paths or self.unreadable:
             return
+        kernel = self.spec.stream is Stream.KERNEL
+        exported = all(p.suffix in (".jsonl", ".json") for p in self.spec.paths)
         tool = journalctl()
-        if tool is None:
+        if tool is None and not exported:
             self.unreadable.append("journalctl is not installed: journal files cannot be read")
             return
-        kernel = self.spec.stream is Stream.KERNEL
         args = list(KERNEL_MATCH if kernel else OTHER_MATCH)
         start = end = None
         if self.ctx.window is not None:
@@ -163,13 +199,18 @@ class JournalReader:
                 args.append(f"--since=@{int(start.timestamp())}")
             if end is not None:
                 args.append(f"--until=@{int(end.timestamp()) + 1}")
+        if exported:
+            entries = self._exported(kernel, start, end)
+        else:
+            assert tool is not None
+            entries = self._run(self._argv(tool, f"--output-fields={FIELDS}", *args))
         selector = self.ctx.selectors.get(self.spec.stream) or EveryLine()
         follow = self.ctx.follow.get(self.spec.stream, 0)
         nodes = set(self.ctx.job_nodes)
         shown = ", ".join(self._names())
         owed = 0
         index = 0
-        for entry in self._run(self._argv(tool, f"--output-fields={FIELDS}", *args)):
+        for entry in entries:
             index += 1
             when = _when(entry)
             self._seen(when)
@@ -190,7 +231,9 @@ class JournalReader:
                 owed -= 1
             else:
                 continue
-            ident = "kernel" if kernel else str(entry.get("SYSLOG_IDENTIFIER") or "") or None
+            ident: str | None = "kernel"
+            if not kernel:
+                ident = str(entry.get("SYSLOG_IDENTIFIER") or "") or None
             if ident is None and entry.get("_COMM"):
                 ident = str(entry["_COMM"])
             trusted = kernel or str(entry.get("_UID")) == "0"
@@ -207,7 +250,9 @@ class JournalReader:
                 ident=ident,
                 trusted=trusted,
             )
-        self._recording_span(tool, start)
+        if not exported:
+            assert tool is not None
+            self._recording_span(tool, start)
 
     def coverages(self) -> list[Coverage]:
         """One entry, or one per job node for a journal of many hosts."""
@@ -258,6 +303,12 @@ class JournalReader:
         return self.coverages()[0]
 
 
+def is_journal_file(name: str) -> bool:
+    """A systemd journal file (``system.journal``, ``remote-gpu012.journal``, a rotated
+    ``...journal~``) or a saved ``journalctl -o json`` export (``*.jsonl``)."""
+    return name.endswith((".journal", ".journal~", ".jsonl"))
+
+
 def journal_specs(
     paths: list[Path], node: str | None, display: list[str] | None = None
 ) -> list[SourceSpec]:
@@ -275,4 +326,4 @@ def journal_specs(
     ]
 
 
-__all__ = ["JournalReader", "journal_specs", "journalctl"]
+__all__ = ["JournalReader", "is_journal_file", "journal_specs", "journalctl"]

@@ -162,3 +162,66 @@ def test_shellcheck_is_clean() -> None:
         [exe, "--shell=sh", "--severity=style", str(HOOK)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout
+
+
+# a line of `scontrol show job -d -o` while a job runs on Slurm 22.05 (captured in CI)
+RUNNING = (
+    "JobId=35 JobName=wrap UserId=slurmtest(1001) GroupId=slurmtest(1001) JobState=RUNNING"
+    " NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 TRES=cpu=1,mem=500M,node=1,billing=1,"
+    "gres/gpu=1 JOB_GRES=gpu:1   Nodes=vm CPU_IDs=0 Mem=500 GRES=gpu:1(IDX:0) MinCPUsNode=1"
+    " OverSubscribe=OK WorkDir=/tmp/jt StdOut=/tmp/jt/slurm-35.out"
+)
+
+
+def _stand_in_scontrol(tmp_path: Path, body: str) -> Path:
+    tool = tmp_path / "scontrol"
+    tool.write_text(f"#!/bin/sh\n{body}\n")
+    tool.chmod(0o755)
+    return tool
+
+
+def test_as_prolog_it_records_the_jobs_gpus(spool_dir: Path, tmp_path: Path) -> None:
+    """Set as PrologSlurmctld, the same script records scontrol -d's view of the starting job
+    in alloc/<key>; it spools nothing and exits 0, also when scontrol fails or hangs."""
+    assert (spool_dir / "alloc").is_dir()  # Spool.create makes it
+    tool = _stand_in_scontrol(tmp_path, f"echo '{RUNNING}'")
+    env = {
+        "ATTRIBUTION_SPOOL": str(spool_dir),
+        "ATTRIBUTION_SCONTROL": str(tool),
+        "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld",
+        "SLURM_JOB_ID": "35",
+        "SLURM_CLUSTER_NAME": "testcluster",
+    }
+    result = run_hook(env)
+    assert result.returncode == 0 and result.stderr == ""
+    assert (spool_dir / "alloc" / "testcluster_35_0").read_text().strip() == RUNNING
+    assert list((spool_dir / "new").iterdir()) == []
+    assert list((spool_dir / "tmp").iterdir()) == []
+    # scontrol fails: nothing recorded, exit 0
+    (tmp_path / "failing").mkdir()
+    failing = _stand_in_scontrol(tmp_path / "failing", "exit 1")
+    result = run_hook({**env, "ATTRIBUTION_SCONTROL": str(failing), "SLURM_JOB_ID": "36"})
+    assert result.returncode == 0
+    assert not (spool_dir / "alloc" / "testcluster_36_0").exists()
+    assert list((spool_dir / "tmp").iterdir()) == []
+    # no alloc/ directory (an older spool): nothing happens
+    shutil.rmtree(spool_dir / "alloc")
+    assert run_hook({**env, "SLURM_JOB_ID": "37"}).returncode == 0
+    assert not (spool_dir / "alloc").exists()
+
+
+@pytest.mark.skipif(not Path("/usr/bin/timeout").exists(), reason="needs coreutils' timeout")
+def test_as_prolog_a_hanging_scontrol_costs_at_most_five_seconds(
+    spool_dir: Path, tmp_path: Path
+) -> None:
+    tool = _stand_in_scontrol(tmp_path, "sleep 60")
+    env = {
+        "ATTRIBUTION_SPOOL": str(spool_dir),
+        "ATTRIBUTION_SCONTROL": str(tool),
+        "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld",
+        "SLURM_JOB_ID": "38",
+    }
+    t0 = time.monotonic()
+    assert run_hook(env).returncode == 0
+    assert time.monotonic() - t0 < 8
+    assert list((spool_dir / "alloc").iterdir()) == []

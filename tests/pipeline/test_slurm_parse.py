@@ -223,3 +223,96 @@ def test_a_job_name_cannot_forge_the_record_or_the_owner() -> None:
     assert job.work_dir == "/home/alice"  # the real row, not the forged one
     ctl = parse_scontrol("JobId=5 JobName=x UserId=root(0) UserId=alice(1001) GroupId=a(1)")
     assert ctl["UserId"] == "alice(1001)" and ctl["JobId"] == "5"
+
+
+# scontrol show job -d -o of one job on Slurm 22.05 while it runs, and after it ended (CI)
+DURING = (
+    "JobId=35 JobName=wrap UserId=slurmtest(1001) JobState=RUNNING NodeList=vm NumNodes=1"
+    " JOB_GRES=gpu:1   Nodes=vm CPU_IDs=0 Mem=500 GRES=gpu:1(IDX:0) MinCPUsNode=1"
+    " OverSubscribe=OK WorkDir=/tmp/jt"
+)
+AFTER = DURING.replace("RUNNING", "COMPLETED").replace("GRES=gpu:1(IDX:0)", "GRES=")
+
+
+def test_per_node_gres_of_scontrol() -> None:
+    from attribution.slurm.parse import parse_node_gres
+
+    two = (
+        "JobId=5 JobName=x Nodes=gpu[01-02] CPU_IDs=0-3 Mem=1000 GRES=gpu:h100:2(IDX:0-1)"
+        " Nodes=gpu03 CPU_IDs=0 Mem=500 GRES=gpu:h100:1(IDX:3) MinCPUsNode=1"
+    )
+    assert parse_node_gres(two) == {
+        "gpu[01-02]": "gpu:h100:2(IDX:0-1)",
+        "gpu03": "gpu:h100:1(IDX:3)",
+    }
+    assert parse_node_gres(AFTER) == {"vm": ""}
+    # a job name imitating a node line comes before the real one, which wins
+    forged = DURING.replace(
+        "JobName=wrap", "JobName=a Nodes=vm CPU_IDs=0 Mem=1 GRES=gpu:2(IDX:0-1)"
+    )
+    assert parse_node_gres(forged) == {"vm": "gpu:1(IDX:0)"}
+
+
+def test_the_gpus_recorded_at_the_start_win_over_the_empty_end_record() -> None:
+    from attribution.slurm.resolve import with_allocation
+
+    ended = build_job_record(
+        None, {**parse_scontrol(AFTER), "NodeList": "vm"}, {"SLURM_JOB_ID": "35"}
+    )
+    assert ended.exclusive is False
+    job = with_allocation(ended, DURING)
+    assert job.gres_detail == {"vm": "gpu:1(IDX:0)"}
+    # a record of another job changes nothing
+    assert with_allocation(ended, DURING.replace("JobId=35", "JobId=36")) == ended
+
+
+@pytest.mark.parametrize(
+    ("env", "oversubscribe", "exclusive"),
+    [
+        ({}, "OK", False),
+        ({}, "NO", True),
+        ({}, None, None),
+        ({"SLURM_JOB_OVERSUBSCRIBE": "NO"}, "OK", True),
+        ({"SLURM_JOB_EXCLUSIVE": "1"}, None, True),
+        ({"SLURM_JOB_EXCLUSIVE": "user"}, "NO", False),
+    ],
+)
+def test_exclusive_use_of_the_nodes(
+    env: dict[str, str], oversubscribe: str | None, exclusive: bool | None
+) -> None:
+    ctl = {"JobId": "9", "NodeList": "n1"}
+    if oversubscribe:
+        ctl["OverSubscribe"] = oversubscribe
+    job = build_job_record(None, ctl, {"SLURM_JOB_ID": "9", **env})
+    assert job.exclusive is exclusive
+
+
+def test_other_jobs_on_the_nodes_in_one_sacct_call() -> None:
+    from collections.abc import Mapping, Sequence
+
+    from attribution.slurm.cli import CliBackend, Completed
+
+    calls: list[list[str]] = []
+    d = "\x1f"
+
+    def runner(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> Completed:
+        calls.append(list(argv))
+        rows = [
+            ["41", "1767261000", "1767262000", "gn[1-2]"],  # ran before, on both nodes
+            ["42", "1767261600", "Unknown", "gn2,gn9"],  # still running, one shared node
+            ["43", "None", "None", "None assigned"],  # never started
+            ["40", "1767261600", "1767265200", "gn[1-2]"],  # the job itself
+        ]
+        return Completed(0, "\n".join(d.join(r) for r in rows) + "\n", "")
+
+    from attribution.model import JobRecord
+
+    job = JobRecord(job_id="40", cluster="c1", nodes=("gn1", "gn2"), nodelist="gn[1-2]")
+    start = datetime(2026, 1, 1, 9, 55, tzinfo=UTC)
+    others = CliBackend(runner=runner, retries=0).other_jobs(job, start, start)
+    assert len(calls) == 1 and calls[0][calls[0].index("-N") + 1] == "gn[1-2]"
+    assert {n: [o.job_id for o in js] for n, js in others.items()} == {
+        "gn1": ["41"],
+        "gn2": ["41", "42"],
+    }
+    assert others["gn2"][1].end is None

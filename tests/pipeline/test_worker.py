@@ -159,3 +159,25 @@ def test_store_migrates_an_m001_database(tmp_path: Path) -> None:
 @pytest.fixture(autouse=True)
 def _no_real_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
+
+
+def test_the_gpus_recorded_at_the_start_reach_the_verdict(tmp_path: Path, ruleset: RuleSet) -> None:
+    """The hook, as PrologSlurmctld, recorded scontrol -d at the job's start; at its end Slurm
+    shows no GPU per node any more. The worker takes the start's record, asks for the other
+    jobs on the nodes once, and forgets the record when the entry is done."""
+    import dataclasses
+
+    ended = dataclasses.replace(record("7", "FAILED", "1:0"), gres_detail={"n1": ""})
+    worker, spool, backend = make(tmp_path, ruleset, {"7": ended})
+    enqueue(spool, "7")
+    (spool.dir("alloc") / "c_7_0").write_text(
+        "JobId=7 JobName=x UserId=root(0) JobState=RUNNING NodeList=n1 JOB_GRES=gpu:1"
+        "   Nodes=n1 CPU_IDs=0 Mem=500 GRES=gpu:1(IDX:0) MinCPUsNode=1 OverSubscribe=OK\n"
+    )
+    assert [o.result for o in worker.run(once=True)] == ["saved"]
+    stored = Store(tmp_path / "v.sqlite").find("7")[0]
+    assert stored["job"]["gres_detail"] == {"n1": "gpu:1(IDX:0)"}
+    assert stored["job"]["exclusive"] is False
+    assert stored["job"]["other_jobs"] == {}
+    assert backend.asked_other_jobs[0] == "7"
+    assert not (spool.dir("alloc") / "c_7_0").exists()

@@ -32,6 +32,7 @@ from tests.slurm.conftest import Cluster, sbatch, sh, wait_node_idle, wait_state
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 FINAL = r"COMPLETED|FAILED|OUT_OF_MEMORY|TIMEOUT|CANCELLED.*|NODE_FAIL"
+GPU_BUS_IDS = ["0000:18:00.0", "0000:3b:00.0"]
 TRACEBACK = (
     "import sys\n"
     "def load(shape):\n"
@@ -104,6 +105,9 @@ class Battery:
         self.kern.write_text("")
         self.store = self.base / "verdicts.sqlite"
         self.config = self.base / "config.yaml"
+        # the node's two fake GPUs (gres.conf's nvidia0 and nvidia1), by minor number
+        self.gpus = self.base / "gpus.yaml"
+        self.gpus.write_text(json.dumps({cluster.node: GPU_BUS_IDS}))
         self.settings: dict[str, Any] = {
             "spool": str(cluster.spool),
             "store": str(self.store),
@@ -115,6 +119,7 @@ class Battery:
                 "slurmctld": ["/var/log/slurm/slurmctld.log"],
             },
             "admin_comment": {"enabled": True, "foreign": "skip"},
+            "gpus": {"bus_ids": str(self.gpus)},
         }
         self.write_config(self.config, self.settings)
         self.cluster = cluster
@@ -151,8 +156,11 @@ class Battery:
         sh("scontrol", "update", f"nodename={c.node}", "state=resume", check=False)
         wait_node_idle(c.node)
 
-        # 2. a GPU falls off the bus while a job runs (alone, so no other window sees it)
-        xid = self.submit("xid", "--wrap", "echo training; sleep 6; exit 1", user=c.user)
+        # 2. a GPU falls off the bus while a job that holds it runs (alone, so no other window
+        # sees it; the GPU stays broken, but the later jobs are not given it)
+        xid = self.submit(
+            "xid", "--gres=gpu:2", "--wrap", "echo training; sleep 6; exit 1", user=c.user
+        )
         wait_state(xid, "RUNNING")
         time.sleep(2)
         now = datetime.now(UTC).isoformat(timespec="microseconds")
@@ -318,7 +326,11 @@ def test_xid_79_in_the_node_kernel_log(battery: Battery) -> None:
         "SELECT role, event, nodes, stream FROM symptoms WHERE key = ? ORDER BY position",
         [battery.key("xid")],
     ).fetchall()
-    assert symptoms[0] == ("root", "gpu.xid", battery.cluster.node, "kernel")
+    roots = [s for s in symptoms if s[0] == "root"]
+    assert roots == [("root", "gpu.xid", battery.cluster.node, "kernel")]
+    # the node failure of the job before it is in the window too, as that job's
+    earlier = [s for s in symptoms if s[1] == "slurmctld.job_on_failed_node"]
+    assert all(s[0] == "context" for s in earlier)
     coverage = dict(
         db.execute(
             "SELECT stream, status FROM coverage WHERE key = ? AND node IS ?",
@@ -326,7 +338,14 @@ def test_xid_79_in_the_node_kernel_log(battery: Battery) -> None:
         ).fetchall()
     )
     assert coverage["kernel"] == "ok"
-    # the XID was outside every other job's window
+    # the job's GPUs came from scontrol -d while slurmctld held it, the bus ids from gpus.yaml
+    data = json.loads(
+        db.execute("SELECT verdict FROM verdicts WHERE key = ?", [battery.key("xid")]).fetchone()[0]
+    )
+    assert data["job"]["gres_detail"] == {battery.cluster.node: "gpu:2(IDX:0-1)"}
+    assert data["responsible"][0]["device"] == "0000:3b:00"
+    assert [e["owner"] for e in data["symptom_chain"] if e["role"] == "root"] == ["job"]
+    # XID 79 lasts until a reboot, but no later job was given that GPU: none of them is blamed
     for kind in ("timeout", "traceback", "cancel", "oom", "nodefail"):
         assert battery.row(kind)["cause_id"] != "gpu-fell-off-bus", kind  # type: ignore[index]
 
