@@ -140,6 +140,26 @@ summary: never
     assert {"id-matches-filename", "event-known"} <= checks
 
 
+def test_lint_wants_the_scope_of_node_stream_extractors(tmp_path: Path) -> None:
+    """Whose a node line is depends on emit.scope; a site extractor reading the kernel log
+    without one is a lint error, one reading only the job's output is fine."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "site-boom.yaml").write_text(GOOD_RULE.format(id="site-boom", word="boom"))
+    (site / "site-kboom.yaml").write_text(
+        GOOD_RULE.format(id="site-kboom", word="kboom").replace("streams: [job]", "streams: [node]")
+    )
+    issues = [i for i in lint(load_ruleset([site])) if i.check == "scope-required"]
+    assert [Path(i.location.path).name for i in issues] == ["site-kboom.yaml"]
+    assert "emit.scope" in issues[0].message
+    (site / "site-kboom.yaml").write_text(
+        GOOD_RULE.format(id="site-kboom", word="kboom")
+        .replace("streams: [job]", "streams: [node]")
+        .replace("  role: root\n", "  role: root\n  scope: process\n")
+    )
+    assert not [i for i in lint(load_ruleset([site])) if i.check == "scope-required"]
+
+
 def test_ratio_fields_must_name_filled_fields(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()

@@ -2,8 +2,8 @@
 
 Checks: ``id-matches-filename``, ``kind-matches-directory``, ``event-known``,
 ``finding-known``, ``examples-required``, ``replaced-by-known``,
-``template-fields``, ``regex-backtracking`` (a warning). ``sattr rules lint`` and the test suite
-run the same list.
+``template-fields``, ``regex-backtracking`` (a warning), ``scope-required``. ``sattr rules
+lint`` and the test suite run the same list.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attribution.errors import Location
-from attribution.model import RuleStatus
+from attribution.model import RuleStatus, Stream
 from attribution.rules.loader import CompiledExtractor, RuleSet
 from attribution.rules.schema import (
     CorrelationRule,
@@ -272,12 +272,43 @@ def check_regex(ruleset: RuleSet) -> list[Issue]:
     return issues
 
 
+# streams a line of which may be about a node, a GPU, a process or a job (not the job's output)
+_NODE_SIDE = frozenset(
+    {
+        Stream.KERNEL,
+        Stream.SYSLOG,
+        Stream.FABRICMANAGER,
+        Stream.DCGM,
+        Stream.SLURMD,
+        Stream.SLURMCTLD,
+    }
+)
+
+
+def check_scope(ruleset: RuleSet) -> list[Issue]:
+    """An extractor that reads a node stream must say what its line is about (``emit.scope``):
+    without it, its events on a shared node cannot be told from another job's."""
+    issues = []
+    for ex in ruleset.extractors:
+        if ex.rule.emit.scope is None and ex.streams & _NODE_SIDE:
+            issues.append(
+                Issue(
+                    "scope-required",
+                    _loc(ruleset, ex.rule, "emit"),
+                    f"{ex.id} reads {', '.join(sorted(s.value for s in ex.streams & _NODE_SIDE))}:"
+                    " set emit.scope (node, gpu, process or job; docs/rules.md)",
+                )
+            )
+    return issues
+
+
 CHECKS: dict[str, Callable[[RuleSet], list[Issue]]] = {
     "ids": check_ids,
     "references": check_references,
     "examples": check_examples,
     "templates": check_templates,
     "regex": check_regex,
+    "scope": check_scope,
 }
 
 

@@ -205,3 +205,35 @@ def test_shared_template_without_node(tmp_path: Path) -> None:
     with collect(job(tmp_path), cfg) as col:
         streams = [(s.stream, s.node, len(s.paths)) for s in col.specs]
     assert (Stream.SYSLOG, None, 1) in streams
+
+
+def test_gpu_bus_ids_from_a_site_file_and_per_node_files(tmp_path: Path) -> None:
+    from attribution.collect import parse_bus_id_lines, read_bus_ids
+    from attribution.config import Config
+
+    assert parse_bus_id_lines("index, pci.bus_id\n0, 00000000:18:00.0\n1, 00000000:2A:00.0\n") == (
+        "00000000:18:00.0",
+        "00000000:2A:00.0",
+    )
+    with pytest.raises(ValueError, match="line 2"):
+        parse_bus_id_lines("0, 0000:18:00.0\nGPU 1: lost\n")
+    with pytest.raises(ValueError, match=r"not 0\.\.1"):
+        parse_bus_id_lines("0, 0000:18:00.0\n2, 0000:3a:00.0\n")
+    site = tmp_path / "gpus.yaml"
+    site.write_text('"gpu[01-02]": ["0000:18:00.0", "0000:2a:00.0"]\n')
+    per_node = tmp_path / "gpus"
+    per_node.mkdir()
+    (per_node / "gpu03.csv").write_text("1, 0000:2a:00.0\n0, 0000:18:00.0\n")
+    (per_node / "gpu04.csv").write_text("no map here\n")
+    config = Config.model_validate(
+        {"gpus": {"bus_ids": str(site), "bus_id_files": [str(per_node / "{node}.csv")]}}
+    )
+    found, notes = read_bus_ids(config, ["gpu01", "gpu03", "gpu04", "gpu05"])
+    assert found == {
+        "gpu01": ("0000:18:00.0", "0000:2a:00.0"),
+        "gpu03": ("0000:18:00.0", "0000:2a:00.0"),
+    }
+    assert len(notes) == 1 and "gpu04.csv" in notes[0] and "line 1" in notes[0]
+    site.write_text("- not a mapping\n")
+    found, notes = read_bus_ids(config, ["gpu01"])
+    assert found == {} and "gpus.yaml" in notes[0]
