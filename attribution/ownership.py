@@ -20,6 +20,7 @@ Pure: no I/O. ``assess`` changes the events in place and returns what it learnt 
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,7 +45,7 @@ from attribution.model import (
 # other GRES names are not GPUs of their own
 _GRES_GPU = re.compile(r"(?<![\w-])gpu(?::[^:(),\s]+)?:\d+\(IDX:([^)]*)\)")
 _BUS_ID = re.compile(
-    r"(?:PCI:)?(?:(?P<domain>[0-9a-f]{4,8}):)?(?P<bus>[0-9a-f]{2}):(?P<dev>[0-9a-f]{2})(?:\.[0-7])?"
+    r"(?:pci:)?(?:(?P<domain>[0-9a-f]{4,8}):)?(?P<bus>[0-9a-f]{2}):(?P<dev>[0-9a-f]{2})(?:\.[0-7])?"
 )
 _CGROUP_JOB = re.compile(r"/job_(\d+)(?=/|$)")
 _CGROUP_UID = re.compile(r"/uid_(\d+)(?=/|$)")
@@ -283,33 +284,36 @@ def owner_of(event: Event, view: JobView) -> tuple[Owner, str | None]:
 
 def _link(events: list[Event]) -> None:
     """Process events that could not be placed take the owner of the line that names them:
-    the same pid on the same node (an OOM kill line and its constraint line), else the next
-    placed event of the same component in the same file within ``LINK_SECONDS`` (the
-    "invoked oom-killer" line before its constraint line)."""
+    the same pid on the same node (an OOM kill line and its constraint line), else the nearest
+    placed event of the same component in the same file within ``LINK_SECONDS`` (the "invoked
+    oom-killer" line before its constraint line, an old kernel's "Task in ... killed" line)."""
     placed = [e for e in events if e.scope == "process" and e.owner in (Owner.JOB, Owner.FOREIGN)]
     if not placed:
         return
     by_pid: dict[tuple[str | None, int], Event] = {}
+    nearby: dict[tuple[str | None, str, str | None], list[tuple[float, int, Event]]] = defaultdict(
+        list
+    )
     for e in placed:
         pid = e.fields.get("pid")
         if isinstance(pid, int):
             by_pid.setdefault((e.node, pid), e)
+        if e.time is not None:
+            nearby[(e.node, e.source.path, e.component)].append((e.time.timestamp(), e.seq, e))
+    for group in nearby.values():
+        group.sort(key=lambda item: (item[0], item[1]))
     for e in events:
         if e.scope != "process" or e.owner is not Owner.UNKNOWN:
             continue
         pid = e.fields.get("pid")
         source = by_pid.get((e.node, pid)) if isinstance(pid, int) else None
-        if source is None and e.time is not None:
-            later = [
-                p
-                for p in placed
-                if p.node == e.node
-                and p.source.path == e.source.path
-                and p.component == e.component
-                and p.time is not None
-                and 0 <= (p.time - e.time).total_seconds() <= LINK_SECONDS
-            ]
-            source = min(later, key=lambda p: (p.time, p.seq)) if later else None
+        if not isinstance(pid, int) and e.time is not None:  # another pid is another process
+            group = nearby.get((e.node, e.source.path, e.component), [])
+            t = e.time.timestamp()
+            lo = bisect.bisect_left(group, t - LINK_SECONDS, key=lambda item: item[0])
+            hi = bisect.bisect_right(group, t + LINK_SECONDS, key=lambda item: item[0])
+            if lo < hi:
+                source = min(group[lo:hi], key=lambda item: (abs(item[0] - t), item[1]))[2]
         if source is not None and source.owner is not None:
             e.owner = source.owner
             e.owner_note = source.owner_note
