@@ -274,25 +274,30 @@ def _journal_lines(
         window.append(f"--until=@{int(hi.timestamp()) + 1}")
     runs.append(window)
     for argv in runs:
-        done = subprocess.run(argv, capture_output=True, env=env, timeout=600, check=False)
-        yield from (line for line in done.stdout.splitlines() if line.strip())
-    if hi is not None:
-        first = _first_line([*base, f"--since=@{int(hi.timestamp()) + 1}"], env)
-        if first is not None:
-            yield first
+        yield from _output_lines(argv, env)
+    if hi is not None:  # the first entry after the window: stop journalctl once it is read
+        yield from _output_lines([*base, f"--since=@{int(hi.timestamp()) + 1}"], env, limit=1)
 
 
-def _first_line(argv: list[str], env: dict[str, str]) -> bytes | None:
-    """The first line a command prints; the command is stopped after it."""
+def _output_lines(
+    argv: list[str], env: dict[str, str], limit: int | None = None
+) -> Iterator[bytes]:
+    """The non-empty lines a command prints, streamed (a journal window may be large); with
+    ``limit``, the command is stopped after that many."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     assert proc.stdout is not None
+    count = 0
     try:
-        line = proc.stdout.readline()
+        for raw in proc.stdout:
+            if raw.strip():
+                yield raw.rstrip(b"\n")
+                count += 1
+                if limit is not None and count >= limit:
+                    break
     finally:
         proc.kill()
         proc.stdout.close()
         proc.wait()
-    return line.rstrip(b"\n") or None
 
 
 # --------------------------------------------------------------------------- redaction

@@ -655,6 +655,7 @@ def enqueue(jobs: tuple[str, ...], config_path: str | None, retry_failed: bool) 
     """
     from attribution.slurm import JobRef, make_backend
     from attribution.slurm.hookenv import format_entry
+    from attribution.spool import read_spool_file
     from attribution.worker import make_spool
 
     config = _config(config_path)
@@ -671,7 +672,7 @@ def enqueue(jobs: tuple[str, ...], config_path: str | None, retry_failed: bool) 
         for text in jobs:
             job = backend.get_job(JobRef.parse(text))
             old = [spool.dir(d) / job.key for d in ("done", "failed")]
-            body = next((t for p in old if (t := _read_spool_entry(p)) is not None), None)
+            body = next((t for p in old if (t := read_spool_file(p)) is not None), None)
             if body is None:
                 env = {
                     "SLURM_JOB_ID": job.job_id,
@@ -695,21 +696,6 @@ def enqueue(jobs: tuple[str, ...], config_path: str | None, retry_failed: bool) 
             click.echo(f"enqueued job {job.display_id} as {job.key}")
     except AttributionError as exc:
         fail(str(exc))
-
-
-def _read_spool_entry(path: Path) -> str | None:
-    """The text of a spool entry, or None: never through a link, only a regular file of at most
-    1 MiB (the spool is writable by SlurmUser; sattr runs as root)."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None
-        return fh.read(1 << 20).decode("utf-8", errors="replace")
 
 
 @main.command()

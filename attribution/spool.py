@@ -369,15 +369,7 @@ class Spool:
         """What the PrologSlurmctld run of the hook recorded for ``key`` (``scontrol show job
         -d -o`` at the job's start), or None. Never through a link, only a regular file, at
         most ``MAX_ENTRY_BYTES`` (SlurmUser writes this directory; the worker runs as root)."""
-        path = self.dir("alloc") / key
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return None
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                return None
-            return fh.read(MAX_ENTRY_BYTES).decode("utf-8", errors="replace")
+        return read_spool_file(self.dir("alloc") / key)
 
     def drop_alloc(self, key: str) -> None:
         """Forget the allocation record of a processed entry."""
@@ -468,6 +460,19 @@ class Spool:
         os.replace(tmp, path)
 
 
+def read_spool_file(path: Path, limit: int = MAX_ENTRY_BYTES) -> str | None:
+    """The text of a file SlurmUser may have written, or None: never through a link, only a
+    regular file (a FIFO cannot block the open), at most ``limit`` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        return fh.read(limit).decode("utf-8", errors="replace")
+
+
 def _open_private(path: Path, flags: int, mode: int = 0o600) -> int:
     """``os.open`` that never follows a link: a link planted where we create a file is removed
     (the spool's directories are writable by SlurmUser; the worker runs as root)."""
@@ -490,4 +495,4 @@ def _write_new(path: Path, text: str) -> None:
         fh.write(text)
 
 
-__all__ = ["SUBDIRS", "Claimed", "Pending", "RetryPolicy", "Spool"]
+__all__ = ["SUBDIRS", "Claimed", "Pending", "RetryPolicy", "Spool", "read_spool_file"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attribution.errors import Location
-from attribution.model import RuleStatus, Stream
+from attribution.model import NODE_STREAMS, RuleStatus, Stream
 from attribution.rules.loader import CompiledExtractor, RuleSet
 from attribution.rules.schema import (
     CorrelationRule,
@@ -273,16 +273,7 @@ def check_regex(ruleset: RuleSet) -> list[Issue]:
 
 
 # streams a line of which may be about a node, a GPU, a process or a job (not the job's output)
-_NODE_SIDE = frozenset(
-    {
-        Stream.KERNEL,
-        Stream.SYSLOG,
-        Stream.FABRICMANAGER,
-        Stream.DCGM,
-        Stream.SLURMD,
-        Stream.SLURMCTLD,
-    }
-)
+_NODE_SIDE = frozenset({*NODE_STREAMS, Stream.SLURMCTLD})
 
 
 def check_scope(ruleset: RuleSet) -> list[Issue]:

@@ -192,6 +192,23 @@ class ReadContext:
 
 
 @dataclass(slots=True)
+class Span:
+    """The first and last time a source is known to have been recording (its stamped lines, or
+    a journal's entries of any kind): ``Coverage.first_at``/``last_at``."""
+
+    first: datetime | None = None
+    last: datetime | None = None
+
+    def add(self, when: datetime | None) -> None:
+        if when is None:
+            return
+        if self.first is None or when < self.first:
+            self.first = when
+        if self.last is None or when > self.last:
+            self.last = when
+
+
+@dataclass(slots=True)
 class _Tail:
     """The last ``TAIL_BYTES`` (or more: whole blocks) of a file, to find its last timed line."""
 
@@ -286,17 +303,7 @@ class SourceReader:
         self.earlier_boot = 0  # uptime-only lines of a boot that ended before the job window
         self.odd_prefixes = 0  # lines whose prefix could not be parsed (read as plain text)
         self.bytes_on_disk = 0
-        # the span the source is known to have been recording: first and last placed stamp
-        self.first_seen: datetime | None = None
-        self.last_seen: datetime | None = None
-
-    def _seen(self, when: datetime | None) -> None:
-        if when is None:
-            return
-        if self.first_seen is None or when < self.first_seen:
-            self.first_seen = when
-        if self.last_seen is None or when > self.last_seen:
-            self.last_seen = when
+        self.span = Span()  # when the source is known to have been recording
 
     # ------------------------------------------------------------------ public
 
@@ -387,8 +394,8 @@ class SourceReader:
             lines=total_lines,
             reason="; ".join(reasons) or None,
             trust=self.spec.trust_level,
-            first_at=self.first_seen,
-            last_at=self.last_seen,
+            first_at=self.span.first,
+            last_at=self.span.last,
         )
 
     # ------------------------------------------------------------------ files
@@ -508,7 +515,7 @@ class SourceReader:
             base = self._seek(handle, stats, target)
             if base:
                 self.notes.append(f"{shown}: read from byte {base}, the start of the job window")
-                self._seen(target)  # the bisection found lines stamped before it
+                self.span.add(target)  # the bisection found lines stamped before it
         stop = None
         if windowed and ctx.window and ctx.window[1]:
             stop = ctx.window[1] + timedelta(seconds=ctx.tolerance)
@@ -598,7 +605,7 @@ class SourceReader:
                 if last is not None and last > stop:
                     back = self._clock_goes_back(handle, offset, stop)
                     if back is None:
-                        self._seen(last)
+                        self.span.add(last)
                         first = _first_stamp(block.split(b"\n"), ctx) if base == 0 else None
                         if first is not None and first > stop and offset == len(block):
                             # nothing of this file lies in the window: say so, a node whose
@@ -750,7 +757,7 @@ class SourceReader:
                 self.odd_prefixes += 1
                 p = Prefix(text=raw)
             when = clock.place(p.time, p.uptime, p.text)
-            self._seen(when)
+            self.span.add(when)
             if when is None and p.uptime is not None and item.emit:
                 if clock.before_job(ctx.reference, ctx.tolerance):
                     self.earlier_boot += 1

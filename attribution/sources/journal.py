@@ -29,7 +29,7 @@ from pathlib import Path
 
 from attribution.hostlist import short_name
 from attribution.model import Coverage, CoverageStatus, LogLine, SourceRef, Stream, Trust
-from attribution.sources import MAX_NOTES, EveryLine, ReadContext, SourceSpec
+from attribution.sources import MAX_NOTES, EveryLine, ReadContext, SourceSpec, Span
 
 KERNEL_MATCH = ("_TRANSPORT=kernel",)
 # every transport but the kernel's (journalctl ORs matches of one field)
@@ -78,8 +78,7 @@ class JournalReader:
         self.errors: list[str] = []
         self.notes: list[str] = list(spec.notes)
         self.unreadable: list[str] = [spec.problem] if spec.problem else []
-        self.first_seen: datetime | None = None
-        self.last_seen: datetime | None = None
+        self.span = Span()  # when the files were recording
 
     def _names(self) -> list[str]:
         if len(self.spec.display) == len(self.spec.paths):
@@ -133,21 +132,13 @@ class JournalReader:
         """When the files were recording: an entry (of any kind) at or before ``start``, and
         the last entry of all."""
         for entry in self._run(self._argv(tool, "-n", "1", "--output-fields=_HOSTNAME")):
-            self._seen(_when(entry))
+            self.span.add(_when(entry))
         if start is not None:
             # the newest entry up to the start (``-n`` alone ignores --until in systemd 252)
             until = f"--until=@{int(start.timestamp())}"
             args = ("--reverse", "-n", "1", until, "--output-fields=_UID")
             for entry in self._run(self._argv(tool, *args)):
-                self._seen(_when(entry))
-
-    def _seen(self, when: datetime | None) -> None:
-        if when is None:
-            return
-        if self.first_seen is None or when < self.first_seen:
-            self.first_seen = when
-        if self.last_seen is None or when > self.last_seen:
-            self.last_seen = when
+                self.span.add(_when(entry))
 
     def _exported(
         self, kernel: bool, start: datetime | None, end: datetime | None
@@ -171,7 +162,7 @@ class JournalReader:
                     if not isinstance(entry, dict):
                         continue
                     when = _when(entry)
-                    self._seen(when)
+                    self.span.add(when)
                     if (entry.get("_TRANSPORT") == "kernel") is not kernel:
                         continue
                     if when is not None and (
@@ -213,7 +204,7 @@ class JournalReader:
         for entry in entries:
             index += 1
             when = _when(entry)
-            self._seen(when)
+            self.span.add(when)
             host = str(entry.get("_HOSTNAME") or "")
             node = self.spec.node
             if node is None:
@@ -293,8 +284,8 @@ class JournalReader:
                 lines=self.per_node.get(node, self.lines_read if len(nodes) == 1 else 0),
                 reason="; ".join(reasons) or None,
                 trust=trust,
-                first_at=self.first_seen,
-                last_at=self.last_seen,
+                first_at=self.span.first,
+                last_at=self.span.last,
             )
             for node in nodes
         ]
