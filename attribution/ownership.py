@@ -106,11 +106,11 @@ class JobView:
         view = cls(job=job, pids={n: set(p) for n, p in (pids or {}).items()})
         for node in job.nodes:
             text = job.gres_detail.get(node)
-            if text is None:
+            if text is None and not (job.exclusive and node in job.gpu_bus_ids):
                 view.gpu_index[node] = None
                 view.gpu_bus[node] = None
                 continue
-            indexes = gres_gpu_indexes(text)
+            indexes = gres_gpu_indexes(text or "")
             if not indexes and job.exclusive and node in job.gpu_bus_ids:
                 # an exclusive job may use every GPU of its nodes even with no GRES of its own
                 indexes = frozenset(range(len(job.gpu_bus_ids[node])))
@@ -397,8 +397,9 @@ def assess(
     if no_gres:
         result.checked = False
         result.notes.append(
-            f"the job's GPUs on {_hosts(no_gres)} are not known (no 'gres_detail': scontrol no"
-            " longer held the job): GPU events there cannot be told from another job's"
+            f"the job's GPUs on {_hosts(no_gres)} are not known (no 'gres_detail' in the job"
+            " record; Slurm forgets them when a job ends, so the PrologSlurmctld hook records"
+            " them at its start): GPU events there cannot be told from another job's"
         )
     if no_map:
         result.checked = False

@@ -55,6 +55,7 @@ SACCT_FIELDS = (
     "End",
     "Timelimit",
     "NodeList",
+    "AllocTRES",
 )
 
 _UID = re.compile(r"\((\d+)\)")
@@ -113,12 +114,35 @@ def _exclusive(env: Mapping[str, str], ctl: Mapping[str, str] | None) -> bool | 
     return None
 
 
-def _gres_detail(ctl: Mapping[str, str] | None, nodes: set[str]) -> dict[str, str]:
+def _tres_gpus(tres: str | None) -> int | None:
+    """GPUs in a TRES list (``cpu=8,mem=64G,gres/gpu=2``): 0 when it names none, None when
+    there is no TRES at all."""
+    if tres is None:
+        return None
+    for item in tres.split(","):
+        key, _, count = item.partition("=")
+        if key.strip() == "gres/gpu":
+            try:
+                return int(count)
+            except ValueError:
+                return None
+    return 0
+
+
+def _gres_detail(
+    ctl: Mapping[str, str] | None, nodes: set[str], *, empty_is_none: bool
+) -> dict[str, str]:
     """Per-node GRES text of the job's own nodes from scontrol's ``-d`` lines (``NODE_GRES``);
-    empty when slurmctld no longer holds the job."""
+    empty when slurmctld no longer holds the job.
+
+    A node line with no GPU in it is kept only when ``empty_is_none``: once a job has ended,
+    Slurm 22.05 prints ``GRES=`` with nothing for every node (the GPUs were given back), so an
+    empty text then says nothing about which GPUs the job had."""
     out: dict[str, str] = {}
     for line in ((ctl or {}).get(NODE_GRES) or "").splitlines():
         hostlist, _, gres = line.partition("\t")
+        if "gpu" not in gres and not empty_is_none:
+            continue
         try:
             named = expand(hostlist)
         except HostlistError:
@@ -139,7 +163,7 @@ def with_allocation(job: JobRecord, text: str) -> JobRecord:
     if ctl.get("JobId") != job.job_id:
         return job
     ctl[NODE_GRES] = "\n".join(f"{n}\t{g}" for n, g in parse_node_gres(text).items())
-    gres = {**job.gres_detail, **_gres_detail(ctl, set(job.nodes))}
+    gres = {**job.gres_detail, **_gres_detail(ctl, set(job.nodes), empty_is_none=True)}
     exclusive = job.exclusive if job.exclusive is not None else _exclusive({}, ctl)
     return replace(job, gres_detail=gres, exclusive=exclusive)
 
@@ -239,7 +263,9 @@ def build_job_record(
     except HostlistError:
         nodes = ()
     data["exclusive"] = _exclusive(env, ctl)
-    data["gres_detail"] = _gres_detail(ctl, set(nodes))
+    # an empty per-node GRES means "no GPUs" only for a job whose TRES counts none
+    gpus = _tres_gpus(first(_val(ctl, "TRES"), _val(acct, "AllocTRES")))
+    data["gres_detail"] = _gres_detail(ctl, set(nodes), empty_is_none=gpus == 0)
 
     # output files
     fields = PatternFields(

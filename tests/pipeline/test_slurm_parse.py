@@ -267,6 +267,34 @@ def test_the_gpus_recorded_at_the_start_win_over_the_empty_end_record() -> None:
 
 
 @pytest.mark.parametrize(
+    ("tres", "sacct_tres", "expected"),
+    [
+        ("cpu=1,mem=500M,node=1,billing=1,gres/gpu=1", None, {}),  # had a GPU: not known
+        (None, "billing=1,cpu=1,gres/gpu=1,mem=500M,node=1", {}),
+        ("cpu=1,mem=500M,node=1,billing=1", None, {"vm": ""}),  # had none: none
+        (None, None, {}),  # nothing says: not known
+    ],
+)
+def test_an_ended_jobs_empty_gres_is_no_gpus_only_without_gpus_in_its_tres(
+    tres: str | None, sacct_tres: str | None, expected: dict[str, str]
+) -> None:
+    from attribution.slurm.parse import NODE_GRES, SacctRecord, parse_node_gres
+
+    ctl = parse_scontrol(AFTER)
+    ctl[NODE_GRES] = "\n".join(f"{n}\t{g}" for n, g in parse_node_gres(AFTER).items())
+    ctl["NodeList"] = "vm"
+    if tres:
+        ctl["TRES"] = tres
+    acct = None
+    if sacct_tres:
+        acct = SacctRecord(fields={"JobIDRaw": "35", "State": "COMPLETED", "AllocTRES": sacct_tres})
+    job = build_job_record(acct, ctl, {"SLURM_JOB_ID": "35"})
+    assert dict(job.gres_detail) == expected
+    running = {**ctl, NODE_GRES: "vm\tgpu:1(IDX:0)"}
+    assert dict(build_job_record(acct, running, {}).gres_detail) == {"vm": "gpu:1(IDX:0)"}
+
+
+@pytest.mark.parametrize(
     ("env", "oversubscribe", "exclusive"),
     [
         ({}, "OK", False),

@@ -278,3 +278,27 @@ def test_a_bundle_of_a_live_job_gives_its_verdict(shared: SharedNode) -> None:
         )
         forged = _chain(replay, "gpu.xid")
         assert forged and forged[0]["note"].startswith("forged")
+
+
+def test_an_ended_jobs_gpus_are_unknown_without_the_start_record(shared: SharedNode) -> None:
+    """Slurm 22.05 prints an empty ``GRES=`` for every node of an ended job, GPU or not: the
+    job record then leaves a GPU job's GRES unknown (ownership says not checked) rather than
+    reading it as "no GPUs", and keeps "no GPUs" for a job whose TRES counts none."""
+    from attribution.ownership import assess
+    from attribution.slurm import JobRef
+    from attribution.slurm.cli import CliBackend
+
+    node = shared.cluster.node
+    backend = CliBackend(timeout=10)
+    gpu_job = backend.get_job(JobRef(job_id=shared.ids["pyerror"]))
+    assert node not in gpu_job.gres_detail, gpu_job.gres_detail
+    _, _, result = assess([], gpu_job, [])
+    assert result.checked is False
+    assert any("GPUs on" in n and "PrologSlurmctld" in n for n in result.notes), result.notes
+    cpu_job = backend.get_job(JobRef(job_id=shared.ids["segfault"]))
+    assert cpu_job.gres_detail == {node: ""}, cpu_job.gres_detail
+    # the worker had the start record (PrologSlurmctld), so its verdict knew the GPU
+    # (the oom job, also with one GPU, runs beside it: each has one of the node's two)
+    known = shared.verdict("pyerror")["ownership"]["nodes"][node]["gpus"]
+    other = shared.verdict("oom")["ownership"]["nodes"][node]["gpus"]
+    assert len(known) == 1 and sorted(known + other) == ["0000:18:00", "0000:3b:00"]
