@@ -11,7 +11,7 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from attribution import __version__
@@ -306,7 +306,10 @@ def _verdict(
 ) -> Verdict:
     winner = outcome.winner
     chain = _chain(active, outcome, options, job.end)
-    ignored_chain = _group(ignored, lambda _e: ChainRole.CONTEXT, note="outside the job window")
+    ignored_chain = sorted(
+        _group(ignored, lambda _e: ChainRole.CONTEXT, note="outside the job window"),
+        key=lambda c: (c.first_at is None, c.first_at or datetime.min.replace(tzinfo=UTC)),
+    )
     coverage = _coverage_counts(coverage, active + ignored)
     responsible: tuple[Responsible, ...] = ()
     suspects: tuple[Responsible, ...] = ()
@@ -438,11 +441,12 @@ def _confidence(
             "rests on node events of unknown processes, and whether the job shared its nodes"
             " is not known",
         )
+    in_job = set(job.nodes)
     unread = sorted(
         {
             c.node
             for c in coverage
-            if c.node in job.nodes and c.stream is Stream.KERNEL and c.status is not _OK
+            if c.node in in_job and c.stream is Stream.KERNEL and c.status is not _OK
         }
     )
     if winner.rule.sub_domain is SubDomain.APPLICATION and unread and not trusted:
@@ -561,6 +565,14 @@ def _chain(
     return entries[: options.max_chain]
 
 
+def _event_note(event: Event) -> str | None:
+    """The chain note of an event: why it has its owner or standing, then the engine's note
+    (a carried state's "still held" is left out of an event that only stands as context)."""
+    if event.owner_note and event.standing is Standing.CONTEXT:
+        return event.owner_note
+    return "; ".join(x for x in (event.owner_note, event.note) if x) or None
+
+
 def _group(
     events: Iterable[Event], role_of: Callable[[Event], ChainRole], note: str | None = None
 ) -> list[ChainEntry]:
@@ -588,7 +600,7 @@ def _group(
                 example=first.text,
                 source=str(first.source),
                 rule=first.rule,
-                note=note or "; ".join(x for x in (first.owner_note, first.note) if x) or None,
+                note=note or _event_note(first),
                 owner=owner.value if owner is not None else None,
                 trust=(Trust.TRUSTED if trusted else Trust.UNTRUSTED).value,
             )

@@ -181,13 +181,21 @@ def read_job(path: Path) -> JobRecord:
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BundleError(f"cannot read job record: {exc}", Location(source)) from None
+    return job_from_dict(parse_json(text, source), source)
+
+
+def parse_json(text: str, source: str) -> Any:
+    """JSON of a bundle file, or a one-line ``BundleError`` naming the file (and line)."""
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise BundleError(f"invalid JSON: {exc.msg}", Location(source, exc.lineno)) from None
     except RecursionError:
         raise BundleError("invalid JSON: nested too deeply", Location(source)) from None
-    return job_from_dict(data, source)
+    except ValueError:  # an integer of more digits than Python converts (4300)
+        raise BundleError(
+            "invalid JSON: a number of thousands of digits", Location(source)
+        ) from None
 
 
 MANIFEST = "bundle.json"
@@ -203,11 +211,10 @@ def read_manifest(path: Path) -> dict[Stream, Trust]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise BundleError(f"cannot read: {exc}", Location(str(path))) from None
-    except json.JSONDecodeError as exc:
-        raise BundleError(f"invalid JSON: {exc.msg}", Location(str(path), exc.lineno)) from None
+    data = parse_json(text, str(path))
     declared = data.get("trust", {}) if isinstance(data, dict) else None
     if not isinstance(declared, dict):
         raise BundleError("'trust' must map stream names to trusted|untrusted", Location(str(path)))
@@ -279,7 +286,8 @@ def load_bundle(path: Path | str) -> Bundle:
     node_listing = _nodes(nodes_dir, root)
     notes.extend(node_listing.notes)
     seen_nodes = [p.name for p in node_listing.files]
-    all_nodes = list(job.nodes) + [n for n in seen_nodes if n not in job.nodes]
+    in_job = set(job.nodes)
+    all_nodes = list(job.nodes) + [n for n in seen_nodes if n not in in_job]
     for node in all_nodes:
         grouped: dict[Stream, list[Path]] = {}
         if _NODE_NAME.fullmatch(node):
@@ -305,7 +313,7 @@ def load_bundle(path: Path | str) -> Bundle:
             for stream in (Stream.KERNEL, Stream.SYSLOG):
                 if not grouped.get(stream):
                     grouped.pop(stream, None)
-        if node in job.nodes or listing.problem:
+        if node in in_job or listing.problem:
             for stream in EXPECTED_NODE_STREAMS:
                 if not (journals and stream in (Stream.KERNEL, Stream.SYSLOG)):
                     grouped.setdefault(stream, [])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -27,7 +28,13 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def _console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    # piped into a file or less: wide enough for a verdict table, unless COLUMNS says otherwise
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+
+
+PIPE_WIDTH = 120
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -260,7 +267,9 @@ def demo(db: str | None, as_json: bool, rule_dirs: tuple[str, ...]) -> None:
         shown = example.relative_to(Path.cwd())
     except ValueError:
         shown = example
-    console.print(f"Try: sattr diagnose {shown}", style="dim", soft_wrap=True)
+    # run through uv (the README's way), sattr is on PATH only inside uv run
+    prefix = "uv run " if os.environ.get("UV_RUN_RECURSION_DEPTH") else ""
+    console.print(f"Try: {prefix}sattr diagnose {shown}", style="dim", soft_wrap=True)
     for line in failed:
         click.echo(f"sattr: error: {line}", err=True)
     if failed:
@@ -274,7 +283,10 @@ def demo(db: str | None, as_json: bool, rule_dirs: tuple[str, ...]) -> None:
 @click.argument("args", nargs=-1, required=True, metavar="[SCENARIO.yaml] OUTDIR")
 @click.option("--sweep", "sweep_n", type=click.IntRange(1), default=None, help="Draw N scenarios.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sweep.")
-def simulate(args: tuple[str, ...], sweep_n: int | None, seed: int) -> None:
+@click.option(
+    "--force", is_flag=True, help="Write over bundles of the same names already in OUTDIR."
+)
+def simulate(args: tuple[str, ...], sweep_n: int | None, seed: int, force: bool) -> None:
     """Write simulated evidence bundles (with expected.yaml) into OUTDIR/<scenario>.
 
     \b
@@ -292,6 +304,14 @@ def simulate(args: tuple[str, ...], sweep_n: int | None, seed: int) -> None:
     try:
         scenarios = sweep(sweep_n, seed) if sweep_n is not None else load_scenarios(args[0])
         out = Path(args[-1])
+        there = [s.name for s in scenarios if (out / s.name).exists()]
+        if there and not force:
+            fail(
+                f"{out}: already holds {len(there)} of these bundles ({there[0]}, ...): add"
+                " --force to write over them, or choose another OUTDIR"
+            )
+        for name in there:
+            shutil.rmtree(out / name)
         for scenario in scenarios:
             write_bundle(scenario, out / scenario.name)
     except (ValueError, OSError) as exc:

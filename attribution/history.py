@@ -198,10 +198,13 @@ def read_history_file(path: Path) -> list[PriorGpuError]:
         missing = [k for k in ("job", "node", "device", "code") if item.get(k) in (None, "")]
         if missing:
             raise BundleError(f"history entry lacks {', '.join(missing)}", where)
+        raw_code = str(item["code"]).strip()
+        if not (raw_code.isascii() and raw_code.isdecimal() and len(raw_code) <= 6):
+            raise BundleError(f"bad history entry: code {raw_code[:20]!r} is not an XID", where)
+        code = int(raw_code)
         try:
-            code = int(item["code"])
             at = parse_iso(str(item["at"])) if item.get("at") else None
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise BundleError(f"bad history entry: {exc}", where) from None
         if item.get("at") and at is None:
             raise BundleError(f"bad time {item['at']!r}", where)

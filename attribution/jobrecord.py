@@ -94,6 +94,16 @@ def parse_state(value: Any) -> tuple[str | None, str | None]:
     return state, by
 
 
+def _small_int(key: str, value: Any, bad: Any) -> int | None:
+    """A uid or count: decimal digits (at most 10), else None; longer is an error."""
+    text = str(value if value is not None else "").strip()
+    if not text.isdecimal():
+        return None
+    if len(text) > 10:
+        raise bad(key, f"{text[:20]}... is not a {key} (more than 10 digits)")
+    return int(text)
+
+
 def _time_field(
     data: Mapping[str, Any], key: str, tz_name: str | None, bad: Any
 ) -> datetime | None:
@@ -194,7 +204,7 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
         if when is None:
             raise bad(f"boot_times.{node}", f"not a time: {value!r}")
         boots[_clean(node)] = when
-    gres_detail, bus_ids, others = _ownership_facts(data, tz_name, bad)
+    gres_detail, bus_ids, others = _ownership_facts(data, tz_name, bad, frozenset(nodes))
     start, end = (_time_field(data, key, tz_name, bad) for key in ("start", "end"))
     if start is not None and end is not None and end < start:
         raise bad("end", f"{end:%Y-%m-%dT%H:%M:%S}Z is before start {start:%Y-%m-%dT%H:%M:%S}Z")
@@ -215,10 +225,10 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
         sluid=text("sluid"),
         array_job_id=text("array_job_id"),
         array_task_id=text("array_task_id"),
-        restart_count=int(restart) if str(restart or "").isdecimal() else 0,
+        restart_count=_small_int("restart_count", restart, bad) or 0,
         name=text("name"),
         user=text("user"),
-        uid=int(uid) if str(uid or "").isdecimal() else None,
+        uid=_small_int("uid", uid, bad),
         account=text("account"),
         partition=text("partition"),
         state=state,
@@ -261,12 +271,22 @@ def _per_node(key: str, mapping: Mapping[str, Any], bad: Any) -> dict[str, Any]:
     return out
 
 
+def _job_nodes_only(key: str, mapping: dict[str, Any], nodes: frozenset[str], bad: Any) -> None:
+    """A per-job fact about a node outside the job would leave the real node looking unshared
+    (or its GPUs unknown) without a word: refuse it."""
+    odd = sorted(n for n in mapping if nodes and n not in nodes)
+    if odd:
+        raise bad(f"{key}.{odd[0][:80]}", "not one of the job's nodes (see 'nodes')")
+
+
 def _ownership_facts(
-    data: Mapping[str, Any], tz_name: str | None, bad: Any
+    data: Mapping[str, Any], tz_name: str | None, bad: Any, nodes: frozenset[str]
 ) -> tuple[dict[str, str], dict[str, tuple[str, ...]], dict[str, tuple[OtherJob, ...]] | None]:
     """``gres_detail``, ``gpu_bus_ids`` and ``other_jobs``, checked (docs/bundles.md)."""
     gres: dict[str, str] = {}
-    for node, value in _per_node("gres_detail", _get(data, "gres_detail") or {}, bad).items():
+    per_node = _per_node("gres_detail", _get(data, "gres_detail") or {}, bad)
+    _job_nodes_only("gres_detail", per_node, nodes, bad)
+    for node, value in per_node.items():
         if not isinstance(value, str):
             raise bad(f"gres_detail.{node}", "must be scontrol's GRES text, e.g. gpu:2(IDX:0-1)")
         gres[node] = _clean(value)
@@ -282,7 +302,9 @@ def _ownership_facts(
     if raw is None:
         return gres, bus_ids, None
     others: dict[str, tuple[OtherJob, ...]] = {}
-    for node, value in _per_node("other_jobs", raw, bad).items():
+    per_node = _per_node("other_jobs", raw, bad)
+    _job_nodes_only("other_jobs", per_node, nodes, bad)
+    for node, value in per_node.items():
         if not isinstance(value, list):
             raise bad(f"other_jobs.{node}", "must be a list of {job_id, start, end}")
         jobs = []
@@ -295,6 +317,8 @@ def _ownership_facts(
                 when[edge] = parse_time(text, tz_name) if text not in (None, "") else None
                 if text not in (None, "") and when[edge] is None:
                     raise bad(f"other_jobs.{node}", f"{edge}: not a time: {text!r}")
+            if when["start"] and when["end"] and when["end"] < when["start"]:
+                raise bad(f"other_jobs.{node}", f"job {item['job_id']}: end is before start")
             jobs.append(OtherJob(_clean(item["job_id"]), when["start"], when["end"]))
         others[node] = tuple(jobs)
     return gres, bus_ids, others

@@ -400,6 +400,7 @@ class Event:
     owner: Owner | None = None  # whose it is (None until ``attribution.ownership`` assessed it)
     standing: Standing = Standing.CAUSE  # what it may do in the diagnosis
     owner_note: str | None = None  # why it has that owner or standing, for the chain
+    owner_claimed: bool = False  # the job's (untrusted) output made it the job's: no blame
     earlier: bool = False  # context only because it was logged before the job started
     carried: bool = False  # a persisting fault brought in from before the job's window
 

@@ -100,10 +100,13 @@ class JobView:
     gpu_bus: dict[str, frozenset[str] | None] = field(default_factory=dict)
     pids: dict[str, set[int]] = field(default_factory=dict)
     node_bus: dict[str, frozenset[str]] = field(default_factory=dict)  # every GPU of the node
+    nodes: frozenset[str] = frozenset()  # the job's nodes
 
     @classmethod
     def of(cls, job: JobRecord, pids: Mapping[str, Iterable[int]] | None = None) -> JobView:
-        view = cls(job=job, pids={n: set(p) for n, p in (pids or {}).items()})
+        view = cls(
+            job=job, pids={n: set(p) for n, p in (pids or {}).items()}, nodes=frozenset(job.nodes)
+        )
         for node in job.nodes:
             text = job.gres_detail.get(node)
             if text is None and not (job.exclusive and node in job.gpu_bus_ids):
@@ -125,8 +128,12 @@ class JobView:
                 )
         return view
 
-    def gpu_owner(self, node: str | None, device: str | None) -> tuple[Owner, str | None]:
-        """The owner of a GPU event on ``node`` naming ``device`` (a bus id or an index)."""
+    def gpu_owner(
+        self, node: str | None, device: str | None, *, is_gpu: bool = True
+    ) -> tuple[Owner, str | None]:
+        """The owner of an event on ``node`` naming ``device`` (a bus id or an index).
+        ``is_gpu``: the line can only name a GPU (an XID); otherwise (PCIe AER) a bus id that
+        is none of the node's GPUs is a root port or switch, node-wide."""
         if node is None or device is None:
             return Owner.UNKNOWN, None
         key = bus_key(device)
@@ -138,7 +145,11 @@ class JobView:
                 return Owner.JOB, f"GPU {key} is allocated to the job"
             if key in self.node_bus.get(node, ()):
                 return Owner.FOREIGN, f"GPU {key} is not allocated to this job"
-            # not one of the node's GPUs: a PCIe root port or switch, node-wide
+            if is_gpu:
+                # a GPU the map does not list: not one of the job's, whose bus ids are known
+                return Owner.FOREIGN, (
+                    f"GPU {key} is not allocated to this job (nor in {node}'s GPU map)"
+                )
             return Owner.NODE, f"{key} is not a GPU of {node}"
         text = device.strip()
         if text.isdecimal():
@@ -230,24 +241,31 @@ def _job_ids(text: str) -> list[str]:
 
 def _process_owner(event: Event, view: JobView) -> tuple[Owner, str | None]:
     job = view.job
+    uid = event.fields.get("uid")
+    if isinstance(uid, int) and job.uid is not None and uid != job.uid:
+        return Owner.FOREIGN, f"another user's process: uid {uid}"
     for name in CGROUP_FIELDS:
         value = event.fields.get(name)
         if not value:
             continue
-        ids = _job_ids(str(value))
+        uids = {int(u) for u in _CGROUP_UID.findall(str(value))}
+        if job.uid is not None and uids - {job.uid}:
+            return Owner.FOREIGN, f"another user's process: cgroup {value}"
+        ids = set(_job_ids(str(value)))
+        if len(ids) > 1:
+            return Owner.UNKNOWN, f"its cgroup {value} names several jobs"
         if ids:
-            if ids[-1] == job.job_id:
+            (found,) = ids
+            if found == job.job_id:
                 return Owner.JOB, f"its cgroup {value} is the job's"
-            return Owner.FOREIGN, f"job {ids[-1]}'s (cgroup {value})"
-        uids = _CGROUP_UID.findall(str(value))
-        if uids and job.uid is not None and int(uids[-1]) != job.uid:
-            return Owner.FOREIGN, f"another user's process (cgroup {value})"
-    uid = event.fields.get("uid")
-    if isinstance(uid, int) and job.uid is not None and uid != job.uid:
-        return Owner.FOREIGN, f"another user's process (uid {uid})"
+            return Owner.FOREIGN, f"job {found}'s: cgroup {value}"
     pid = event.fields.get("pid")
     if isinstance(pid, int) and event.node and pid in view.pids.get(event.node, ()):
-        return Owner.JOB, f"process {pid} printed the job's own output"
+        event.owner_claimed = True  # only the job's own output says so (``_confirm``)
+        return Owner.JOB, (
+            f"process {pid} printed the job's own output (which users can write: the node is"
+            " not blamed on this alone)"
+        )
     return Owner.UNKNOWN, None
 
 
@@ -270,11 +288,14 @@ def owner_of(event: Event, view: JobView) -> tuple[Owner, str | None]:
             if owner is Owner.FOREIGN:
                 return owner, why
         return Owner.JOB, None
+    if event.node is not None and view.nodes and event.node not in view.nodes:
+        # a log of (or a line from) a host the job did not run on: never its evidence
+        return Owner.FOREIGN, f"{event.node} is not one of the job's nodes"
     scope = event.scope
     if scope == "node":
         return Owner.NODE, None
     if scope == "gpu":
-        return view.gpu_owner(event.node, event.device)
+        return view.gpu_owner(event.node, event.device, is_gpu=event.component == "gpu")
     if scope == "process":
         return _process_owner(event, view)
     if scope == "job":
@@ -317,6 +338,7 @@ def _link(events: list[Event]) -> None:
         if source is not None and source.owner is not None:
             e.owner = source.owner
             e.owner_note = source.owner_note
+            e.owner_claimed = source.owner_claimed
 
 
 def _shared_at(
@@ -411,6 +433,11 @@ def assess(
     for event in events:
         event.owner, event.owner_note = owner_of(event, view)
     _link(events)
+    for event in events:
+        if event.owner_claimed and not _shared_at(job, event.node, event.time, grace)[0]:
+            # no other job is known to have run there: the claim is not needed to make it the
+            # job's, so it takes nothing away either
+            event.owner_claimed = False
 
     trusted_kernel: dict[tuple[str | None, str], list[Event]] = defaultdict(list)
     for event in events:
@@ -465,6 +492,20 @@ def assess(
                 "logged before the job started: the previous job's or the node's earlier state"
             )
             result.counts["before_start"] += 1
+        elif (
+            event.time is None
+            and event.not_after is None
+            and event.stream in (Stream.KERNEL, Stream.SYSLOG)
+            and not event.persists
+            and start is not None
+        ):
+            # an uptime stamp with no boot time to place it: it may be from long before the job
+            event.standing = Standing.SUPPORT
+            event.owner_note = (
+                "time unknown (a kernel uptime stamp, and the node's boot time is not known):"
+                " it may be from before the job"
+            )
+            result.counts["untimed"] += 1
         elif owner is Owner.UNKNOWN and event.stream not in JOB_STREAMS:
             shared, others = _shared_at(job, event.node, event.time, grace)
             if shared:

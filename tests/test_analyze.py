@@ -217,9 +217,13 @@ def test_equal_rank_candidates_from_two_domains_are_ambiguous(tmp_path: Path) ->
         Stream.KERNEL,
         "n1",
         [
-            "NVRM: Xid (PCI:0000:91:00): 63, pid=1, Row Remapper: New row marked for remapping, reset gpu to activate."
+            "2025-06-01T10:10:00+00:00 n1 kernel: NVRM: Xid (PCI:0000:91:00): 63, pid=1, Row Remapper: New row marked for remapping, reset gpu to activate."
         ],
-    ) + lines(Stream.KERNEL, "n2", ["nfs: server home01 not responding, still trying"])
+    ) + lines(
+        Stream.KERNEL,
+        "n2",
+        ["2025-06-01T10:10:00+00:00 n2 kernel: nfs: server home01 not responding, still trying"],
+    )
     v = analyze(job(), ev, rs)
     assert v.sub_domain is SubDomain.AMBIGUOUS
     assert v.cause is not None and v.cause.id == "ambiguous"

@@ -208,3 +208,35 @@ def test_a_saved_journalctl_export_reads_the_same(tmp_path: Path, ruleset: RuleS
     assert verdict.sub_domain is SubDomain.APPLICATION and verdict.responsible == ()
     xid = [e for e in verdict.symptom_chain if e.event == "gpu.xid"]
     assert xid and xid[0].note and xid[0].note.startswith("forged")
+
+
+def test_a_kernel_message_over_4096_bytes_is_read_not_null(tmp_path: Path) -> None:
+    """journalctl -o json prints a field over 4096 bytes as null unless --all is given."""
+    long = XID + " " + "x" * 6000
+    journal = make_journal(
+        tmp_path / "remote-gpu012.journal", [*background(), kernel(T0 + timedelta(minutes=6), long)]
+    )
+    lines, _ = read(journal, Stream.KERNEL)
+    assert any(line.text.startswith(XID) for line in lines)
+
+
+def test_journal_files_and_saved_exports_side_by_side_are_both_read(tmp_path: Path) -> None:
+    """A node directory holding a journal file and a *.jsonl export (with a damaged line)."""
+    journal = make_journal(tmp_path / "system.journal", background())
+    export = tmp_path / "journal.jsonl"
+    rows = [
+        json.dumps(kernel(T0 + timedelta(minutes=6), XID)),
+        "[" * 50_000 + "]" * 50_000,  # nested too deeply for the JSON parser
+        json.dumps({**kernel(T0 + timedelta(minutes=7), "audit: x"), "_PID": "9" * 5000}),
+    ]
+    export.write_text("\n".join(rows) + "\n")
+    spec = next(s for s in journal_specs([journal, export], "gpu012") if s.stream is Stream.KERNEL)
+    ctx = ReadContext(window=(T0 - timedelta(minutes=5), T0 + timedelta(minutes=30)))
+    reader = JournalReader(spec, ctx)
+    texts = [line.text for line in reader.lines()]
+    assert XID in texts and "audit: x" in texts
+    (cov,) = reader.coverages()
+    assert cov.status.value == "ok", cov
+    assert "journal.jsonl:2: not a journal entry, skipped" in (cov.reason or "")
+    # the binary file's recording span counts too (its entries an hour either side)
+    assert cov.first_at is not None and cov.first_at <= T0 - timedelta(minutes=50)

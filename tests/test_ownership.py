@@ -135,7 +135,7 @@ def test_a_process_event_is_owned_by_its_cgroup_uid_or_pid() -> None:
     ]
     assert (
         theirs.owner_note
-        == "job 4243's (cgroup /system.slice/slurmstepd.scope/job_4243/step_0/user/task_0)"
+        == "job 4243's: cgroup /system.slice/slurmstepd.scope/job_4243/step_0/user/task_0"
     )
     # the job's own output named pid 61001 on gpu012 (NCCL's host:pid:tid prefix)
     kept, _ = assess([event("process", pid=61001)], job(), [], pids={"gpu012": {61001}})[:2]

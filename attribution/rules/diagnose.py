@@ -258,6 +258,8 @@ def _evaluate(
 
 # Slurm's own record (sacct, slurmctld) says which node failed: trusted, like a trusted log
 _SLURM_BLAME = frozenset({"job_nodes"})
+# sub-domains whose verdict is about a node (the ones a drain would follow)
+_NODE_DOMAINS = frozenset({SubDomain.HARDWARE, SubDomain.SYSTEM_SOFTWARE, SubDomain.INFRASTRUCTURE})
 
 
 def _confirm(cand: Candidate, job: JobRecord) -> None:
@@ -266,6 +268,20 @@ def _confirm(cand: Candidate, job: JobRecord) -> None:
     The rest move to ``suspects`` (nodes outside the job are dropped: nothing of theirs was
     read)."""
     if not cand.responsible:
+        evidence = cand.evidence
+        if (
+            cand.rule.blame == "anchor"
+            and cand.rule.sub_domain in _NODE_DOMAINS
+            and job.nodes
+            and evidence
+            and not any(e.trusted for e in evidence)
+        ):
+            # a node fault that only untrusted lines claim, on none of the job's nodes in
+            # particular (a multi-node job's output without a host prefix): any of them
+            cand.suspects = tuple(
+                Responsible(node=n, component=cand.rule.component) for n in job.nodes
+            )
+            cand.untrusted_streams = tuple(sorted({e.stream.value for e in evidence}))
         return
     if cand.rule.blame in _SLURM_BLAME:
         cand.responsible = tuple(replace(r, confirmed_by="slurm") for r in cand.responsible)
@@ -273,11 +289,11 @@ def _confirm(cand: Candidate, job: JobRecord) -> None:
     evidence = cand.evidence
     by_node: dict[str, set[str]] = defaultdict(set)
     for e in evidence:
-        if e.trusted and e.node:
+        if e.trusted and e.node and not e.owner_claimed:
             by_node[e.node].add(e.stream.value)
     finding = cand.anchor_finding
     if finding is not None:
-        reporters = {e.stream.value for e in finding.events if e.trusted}
+        reporters = {e.stream.value for e in finding.events if e.trusted and not e.owner_claimed}
         for node in finding.nodes if reporters else ():
             by_node[node].update(reporters)  # cross-node evidence from trusted sources
     confirmed = tuple(

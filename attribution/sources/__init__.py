@@ -456,6 +456,11 @@ class SourceReader:
         first = firsts[index]
         if end is not None and first is not None and first > end + tol:
             return True
+        known = [t for t in firsts if t is not None]
+        if any(b <= a for a, b in itertools.pairwise(known)):
+            # not one log's rotations, oldest first (dmesg.log beside kern.log, or a copy):
+            # a later file says nothing about where this one ends
+            return False
         later = [t for t in firsts[index + 1 :] if t is not None]
         return bool(start is not None and later and later[0] < start - tol)
 
@@ -768,7 +773,11 @@ class SourceReader:
             line_node = node
             if p.host:
                 name = short_name(p.host)
-                if name in nodes or (node is None and not job_stream):
+                # another of the job's nodes in an aggregated file; a file of a node outside
+                # the job keeps its lines there
+                if (name in nodes and (node is None or node in nodes)) or (
+                    node is None and not job_stream
+                ):
                     line_node = name
             yield LogLine(
                 stream=stream,

@@ -20,6 +20,7 @@ same fields and the same trust.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -61,6 +62,16 @@ def _text(value: object, limit: int) -> str:
     return str(value if value is not None else "")[:limit]
 
 
+def _pid(value: object) -> int | None:
+    text = str(value if value is not None else "")
+    return int(text) if text.isdecimal() and len(text) <= 10 else None
+
+
+def _exported_file(path: Path) -> bool:
+    """A saved ``journalctl -o json`` export rather than a binary journal file."""
+    return path.suffix in (".jsonl", ".json")
+
+
 class JournalReader:
     """One journal source (``SourceSpec`` with ``kind == "journal"``): its lines and coverage.
 
@@ -85,9 +96,13 @@ class JournalReader:
             return self.spec.display
         return [str(p) for p in self.spec.paths]
 
+    def _binary(self) -> list[Path]:
+        return [p for p in self.spec.paths if not _exported_file(p)]
+
     def _argv(self, tool: str, *extra: str) -> list[str]:
-        argv = [tool, "--no-pager", "-q", "-o", "json"]
-        argv += [f"--file={p}" for p in self.spec.paths]
+        # --all: without it journalctl -o json prints fields over 4096 bytes as null
+        argv = [tool, "--no-pager", "-q", "--all", "-o", "json"]
+        argv += [f"--file={p}" for p in self._binary()]
         return [*argv, *extra]
 
     def _run(self, argv: list[str]) -> Iterator[dict[str, object]]:
@@ -110,7 +125,7 @@ class JournalReader:
                 self.bytes_read += len(raw)
                 try:
                     entry = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
                 if isinstance(entry, dict):
                     yield entry
@@ -146,6 +161,8 @@ class JournalReader:
         """Entries of ``journalctl -o json`` output saved in files (a bundle's ``*.jsonl``):
         the same selection as the journalctl run, and the recording span from every entry."""
         for path in self.spec.paths:
+            if not _exported_file(path):
+                continue
             try:
                 handle = path.open("rb")
             except OSError as exc:
@@ -156,7 +173,7 @@ class JournalReader:
                     self.bytes_read += len(raw)
                     try:
                         entry = json.loads(raw)
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         self.notes.append(f"{path.name}:{number}: not a journal entry, skipped")
                         continue
                     if not isinstance(entry, dict):
@@ -175,9 +192,9 @@ class JournalReader:
         if not self.spec.paths or self.unreadable:
             return
         kernel = self.spec.stream is Stream.KERNEL
-        exported = all(p.suffix in (".jsonl", ".json") for p in self.spec.paths)
+        binary = bool(self._binary())
         tool = journalctl()
-        if tool is None and not exported:
+        if tool is None and binary:
             self.unreadable.append("journalctl is not installed: journal files cannot be read")
             return
         args = list(KERNEL_MATCH if kernel else OTHER_MATCH)
@@ -190,11 +207,11 @@ class JournalReader:
                 args.append(f"--since=@{int(start.timestamp())}")
             if end is not None:
                 args.append(f"--until=@{int(end.timestamp()) + 1}")
-        if exported:
-            entries = self._exported(kernel, start, end)
-        else:
+        entries: Iterator[dict[str, object]] = self._exported(kernel, start, end)
+        if binary:
             assert tool is not None
-            entries = self._run(self._argv(tool, f"--output-fields={FIELDS}", *args))
+            argv = self._argv(tool, f"--output-fields={FIELDS}", *args)
+            entries = itertools.chain(entries, self._run(argv))
         selector = self.ctx.selectors.get(self.spec.stream) or EveryLine()
         follow = self.ctx.follow.get(self.spec.stream, 0)
         nodes = set(self.ctx.job_nodes)
@@ -237,11 +254,11 @@ class JournalReader:
                 source=SourceRef(shown, index),
                 time=when,
                 host=host or None,
-                pid=int(str(entry["_PID"])) if str(entry.get("_PID", "")).isdecimal() else None,
+                pid=_pid(entry.get("_PID")),
                 ident=ident,
                 trusted=trusted,
             )
-        if not exported:
+        if binary:
             assert tool is not None
             self._recording_span(tool, start)
 
@@ -249,7 +266,10 @@ class JournalReader:
         """One entry, or one per job node for a journal of many hosts."""
         reasons = self.notes[:MAX_NOTES]
         if self.spec.stream is Stream.SYSLOG:
-            reasons.append("journal entries of root's processes are trusted, users' are not")
+            reasons.append(
+                "mixed trust, judged per entry: root's processes' entries are trusted, users'"
+                " are not (the source as a whole is listed as untrusted)"
+            )
         if self.unreadable:
             status = (
                 CoverageStatus.UNREADABLE
