@@ -79,7 +79,7 @@ def _rotation_key(path: Path) -> tuple[str, int]:
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def _inside(root: Path, path: Path) -> bool:
+def inside_bundle(root: Path, path: Path) -> bool:
     """``path``, links resolved, lies inside the bundle: a bundle never reads beyond itself."""
     try:
         return path.resolve().is_relative_to(root.resolve())
@@ -101,7 +101,7 @@ def _entries(directory: Path, root: Path) -> tuple[list[Path], str | None]:
     try:
         if not directory.exists() and not directory.is_symlink():
             return [], None
-        if not directory.is_dir() or not _inside(root, directory):
+        if not directory.is_dir() or not inside_bundle(root, directory):
             return [], f"{shown}: not a directory inside the bundle, not read"
         return sorted(p for p in directory.iterdir() if not p.name.startswith(".")), None
     except OSError as exc:  # e.g. a parent directory we may not enter
@@ -116,7 +116,7 @@ def _files(directory: Path, root: Path) -> _Listing:
     for entry in entries:
         name = _display(root, entry)
         try:
-            if entry.is_symlink() and not _inside(root, entry):
+            if entry.is_symlink() and not inside_bundle(root, entry):
                 out.notes.append(f"{name}: a link out of the bundle, not followed")
             elif entry.is_file():
                 out.files.append(entry)
@@ -128,13 +128,13 @@ def _files(directory: Path, root: Path) -> _Listing:
     return out
 
 
-def _contained(root: Path, path: Path) -> Path:
+def contained(root: Path, path: Path) -> Path:
     """``path`` when it (links resolved) stays inside the bundle.
 
     Raises:
         BundleError: a link that leads out of the bundle.
     """
-    if path.is_symlink() and not _inside(root, path):
+    if path.is_symlink() and not inside_bundle(root, path):
         raise BundleError("a link out of the bundle, not followed", Location(str(path)))
     return path
 
@@ -232,6 +232,28 @@ def read_manifest(path: Path) -> dict[Stream, Trust]:
     return out
 
 
+def manifest_streams(path: Path) -> frozenset[Stream] | None:
+    """The streams ``bundle.json`` says the site reads (``sattr bundle`` writes them): a stream
+    left out is not configured there (no Fabric Manager, StdErr in the StdOut file), so its
+    absence is no "missing" entry. None when the manifest does not say.
+
+    Raises:
+        BundleError: ``streams`` is not a list of stream names.
+    """
+    if not path.is_file():
+        return None
+    data = parse_json(path.read_text(encoding="utf-8-sig", errors="replace"), str(path))
+    names = data.get("streams") if isinstance(data, dict) else None
+    if names is None:
+        return None
+    try:
+        return frozenset(Stream(str(n)) for n in names) if isinstance(names, list) else None
+    except ValueError:
+        raise BundleError(
+            f"streams: {names!r} is not a list of stream names", Location(str(path))
+        ) from None
+
+
 def read_expected(path: Path) -> dict[str, Any] | None:
     """Read ``expected.yaml`` if present.
 
@@ -259,8 +281,13 @@ def load_bundle(path: Path | str) -> Bundle:
     root = Path(path)
     if not root.is_dir():
         raise BundleError("not a bundle directory", Location(str(root)))
-    job = read_job(_contained(root, root / "job.json"))
-    trust = read_manifest(_contained(root, root / MANIFEST))
+    job = read_job(contained(root, root / "job.json"))
+    trust = read_manifest(contained(root, root / MANIFEST))
+    configured = manifest_streams(root / MANIFEST)
+
+    def site_reads(stream: Stream) -> bool:
+        return configured is None or stream in configured
+
     specs: list[SourceSpec] = []
     notes: list[str] = []
 
@@ -270,6 +297,8 @@ def load_bundle(path: Path | str) -> Bundle:
     for file in listing.files:
         by_stream[job_stream_for(file.name)].append(file)
     for stream, paths in by_stream.items():
+        if not paths and not site_reads(stream):
+            continue
         specs.append(
             SourceSpec(
                 stream=stream,
@@ -315,7 +344,9 @@ def load_bundle(path: Path | str) -> Bundle:
                     grouped.pop(stream, None)
         if node in in_job or listing.problem:
             for stream in EXPECTED_NODE_STREAMS:
-                if not (journals and stream in (Stream.KERNEL, Stream.SYSLOG)):
+                if not (journals and stream in (Stream.KERNEL, Stream.SYSLOG)) and site_reads(
+                    stream
+                ):
                     grouped.setdefault(stream, [])
         elif not grouped and not journals:  # a node outside the job, with nothing to read
             notes.extend(left_out)
@@ -339,7 +370,7 @@ def load_bundle(path: Path | str) -> Bundle:
     ctld = [
         p
         for p in (root / "slurmctld.log", root / "slurm" / "slurmctld.log")
-        if p.is_file() and _inside(root, p)
+        if p.is_file() and inside_bundle(root, p)
     ]
     if ctld:
         specs.append(
@@ -353,13 +384,13 @@ def load_bundle(path: Path | str) -> Bundle:
     expected: dict[str, Any] | None = None
     expected_error: str | None = None
     try:  # diagnosing does not need the answer: a broken expected.yaml is kept as a note
-        expected = read_expected(_contained(root, root / "expected.yaml"))
+        expected = read_expected(contained(root, root / "expected.yaml"))
     except BundleError as exc:
         expected_error = str(exc)
     history: list[PriorGpuError] = []
     for name in ("history.yaml", "history.json"):
         if (root / name).is_file():
-            history = read_history_file(_contained(root, root / name))
+            history = read_history_file(contained(root, root / name))
             break
     return Bundle(
         path=root,

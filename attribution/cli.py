@@ -823,7 +823,7 @@ def bundle_(
         if not redact:
             fail(f"{job} is a bundle already; say --redact to write a redacted copy")
         try:
-            report = redact_bundle(source, target)
+            report = redact_bundle(source, target, note=None)
         except AttributionError as exc:
             fail(str(exc))
         _echo_redaction(report)
@@ -838,7 +838,7 @@ def bundle_(
         if redact:
             with tempfile.TemporaryDirectory(prefix="sattr-bundle-") as tmp:
                 captured = capture(record, config, Path(tmp) / "raw")
-                report = redact_bundle(captured.path, target)
+                report = redact_bundle(captured.path, target, note=None)
             _echo_captured(captured.files, captured.notes, target)
             _echo_redaction(report)
         else:
@@ -886,9 +886,12 @@ def _echo_captured(files: dict[str, int], notes: list[str], target: Path) -> Non
 
 def _echo_redaction(report: Any) -> None:
     red = report.redaction
+    for line in report.notes:
+        click.echo(f"sattr: note: {line}", err=True)
     click.echo(
         f"redacted copy in {report.path}: {len(red.hosts)} host(s), {len(red.users)} user(s),"
-        f" {len(red.paths)} directory(ies), {len(red.addresses)} address(es) replaced"
+        f" {len(red.clusters)} cluster(s), {len(red.paths)} directory(ies),"
+        f" {len(red.addresses)} address(es) replaced"
     )
 
 

@@ -319,7 +319,15 @@ def _ownership_facts(
                     raise bad(f"other_jobs.{node}", f"{edge}: not a time: {text!r}")
             if when["start"] and when["end"] and when["end"] < when["start"]:
                 raise bad(f"other_jobs.{node}", f"job {item['job_id']}: end is before start")
-            jobs.append(OtherJob(_clean(item["job_id"]), when["start"], when["end"]))
+            user = item.get("user")
+            jobs.append(
+                OtherJob(
+                    _clean(item["job_id"]),
+                    when["start"],
+                    when["end"],
+                    _clean(user) if isinstance(user, str) and user.strip() else None,
+                )
+            )
         others[node] = tuple(jobs)
     return gres, bus_ids, others
 

@@ -223,6 +223,7 @@ class OtherJob:
     job_id: str
     start: datetime | None = None
     end: datetime | None = None  # None: still running when asked
+    user: str | None = None  # its owner (so that ``sattr bundle --redact`` can replace the name)
 
 
 @dataclass(frozen=True, slots=True)

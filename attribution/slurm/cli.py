@@ -37,7 +37,7 @@ from attribution.slurm.parse import (
 from attribution.slurm.resolve import SACCT_FIELDS, SACCT_TEXT, build_job_record, pick_record
 
 DELIMITER = "\x1f"  # ASCII unit separator: never in the fields we ask for
-OTHER_FIELDS = ("JobIDRaw", "Start", "End", "NodeList")
+OTHER_FIELDS = ("JobIDRaw", "Start", "End", "NodeList", "User")
 MAX_OTHER_ROWS = 50_000  # other jobs on a job's nodes during its window read at the most
 
 
@@ -237,7 +237,7 @@ class CliBackend:
                 shared = [n for n in expand(row.get("NodeList")) if n in mine]
             except HostlistError:
                 continue
-            other = OtherJob(raw, began, _epoch(row.get("End")))
+            other = OtherJob(raw, began, _epoch(row.get("End")), row.get("User") or None)
             for node in shared:
                 out.setdefault(node, []).append(other)
         return {node: tuple(jobs) for node, jobs in out.items()}

@@ -326,10 +326,10 @@ def test_other_jobs_on_the_nodes_in_one_sacct_call() -> None:
     def runner(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> Completed:
         calls.append(list(argv))
         rows = [
-            ["41", "1767261000", "1767262000", "gn[1-2]"],  # ran before, on both nodes
-            ["42", "1767261600", "Unknown", "gn2,gn9"],  # still running, one shared node
-            ["43", "None", "None", "None assigned"],  # never started
-            ["40", "1767261600", "1767265200", "gn[1-2]"],  # the job itself
+            ["41", "1767261000", "1767262000", "gn[1-2]", "bob"],  # ran before, on both nodes
+            ["42", "1767261600", "Unknown", "gn2,gn9", "carol"],  # still running, one shared
+            ["43", "None", "None", "None assigned", "dave"],  # never started
+            ["40", "1767261600", "1767265200", "gn[1-2]", "alice"],  # the job itself
         ]
         return Completed(0, "\n".join(d.join(r) for r in rows) + "\n", "")
 
@@ -343,4 +343,4 @@ def test_other_jobs_on_the_nodes_in_one_sacct_call() -> None:
         "gn1": ["41"],
         "gn2": ["41", "42"],
     }
-    assert others["gn2"][1].end is None
+    assert others["gn2"][1].end is None and others["gn2"][1].user == "carol"

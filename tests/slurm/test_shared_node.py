@@ -278,6 +278,9 @@ def test_a_bundle_of_a_live_job_gives_its_verdict(shared: SharedNode) -> None:
         )
         forged = _chain(replay, "gpu.xid")
         assert forged and forged[0]["note"].startswith("forged")
+        # the same sources, with the same outcome (bundle.json lists the streams read)
+        seen = {(c["stream"], c["status"]) for c in replay["coverage"]}
+        assert seen == {(c["stream"], c["status"]) for c in stored["coverage"]}
 
 
 def test_an_ended_jobs_gpus_are_unknown_without_the_start_record(shared: SharedNode) -> None:
