@@ -538,33 +538,24 @@ class Redaction:
         self.kept.setdefault(name, why)
 
     def host(self, name: str) -> str:
-        if name in self.kept:
-            return name
-        known = self._names.get(name.lower())
-        if known is not None:
-            return known[0]
-        stand_in = self.hosts[name] = f"node{len(self.hosts) + 1:03d}"
-        self._add(name, stand_in, host=True)
-        return stand_in
+        return self._stand_in(name, self.hosts, "node{:03d}", host=True)
 
     def user(self, name: str) -> str:
-        if name in self.kept:
-            return name
-        known = self._names.get(name.lower())
-        if known is not None:
-            return known[0]
-        stand_in = self.users[name] = f"user{len(self.users) + 1}"
-        self._add(name, stand_in, host=False)
-        return stand_in
+        return self._stand_in(name, self.users, "user{}", host=False)
 
     def cluster(self, name: str) -> str:
+        return self._stand_in(name, self.clusters, "cluster{}", host=False)
+
+    def _stand_in(self, name: str, table: dict[str, str], form: str, *, host: bool) -> str:
+        """The stand-in of ``name`` (any letter case), made from ``form`` and ``table``'s size
+        the first time; a kept name stays as it is."""
         if name in self.kept:
             return name
         known = self._names.get(name.lower())
         if known is not None:
             return known[0]
-        stand_in = self.clusters[name] = f"cluster{len(self.clusters) + 1}"
-        self._add(name, stand_in, host=False)
+        stand_in = table[name] = form.format(len(table) + 1)
+        self._add(name, stand_in, host=host)
         return stand_in
 
     def _add(self, name: str, stand_in: str, *, host: bool) -> None:

@@ -258,6 +258,7 @@ def _evaluate(
 
 # Slurm's own record (sacct, slurmctld) says which node failed: trusted, like a trusted log
 _SLURM_BLAME = frozenset({"job_nodes"})
+CLAIMED = "the job's output (the pid it printed)"
 # sub-domains whose verdict is about a node (the ones a drain would follow)
 _NODE_DOMAINS = frozenset({SubDomain.HARDWARE, SubDomain.SYSTEM_SOFTWARE, SubDomain.INFRASTRUCTURE})
 
@@ -306,7 +307,10 @@ def _confirm(cand: Candidate, job: JobRecord) -> None:
         r for r in cand.responsible if r.node not in by_node and (not in_job or r.node in in_job)
     )
     cand.responsible = confirmed
-    cand.untrusted_streams = tuple(sorted({e.stream.value for e in evidence if not e.trusted}))
+    untrusted = {e.stream.value for e in evidence if not e.trusted}
+    if any(e.owner_claimed for e in evidence):
+        untrusted.add(CLAIMED)  # a trusted line, made the job's by a pid the job printed
+    cand.untrusted_streams = tuple(sorted(untrusted))
 
 
 def _contradicted(

@@ -95,6 +95,17 @@ def wait_state(job: str, pattern: str, timeout: float = 90) -> str:
     raise AssertionError(f"job {job} never reached {pattern} (last state {state!r})")
 
 
+def fresh_start(spool: Path, base: Path, node: str) -> None:
+    """Set aside spool entries of earlier runs (they would be processed with this test's
+    config) into ``base``/stale, and wait for ``node`` to be free."""
+    stale = base / "stale"
+    stale.mkdir()
+    for sub in ("new", "work"):
+        for entry in (spool / sub).iterdir():
+            entry.rename(stale / entry.name)
+    wait_node_idle(node)
+
+
 def wait_node_idle(node: str, timeout: float = 90) -> None:
     end = time.monotonic() + timeout
     state = ""

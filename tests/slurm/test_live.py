@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.slurm.conftest import Cluster, sbatch, sh, wait_node_idle, wait_state
+from tests.slurm.conftest import Cluster, fresh_start, sbatch, sh, wait_node_idle, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -139,13 +139,7 @@ class Battery:
 
     def run(self) -> None:
         c = self.cluster
-        # stale entries from earlier runs would be processed with our config: set them aside
-        stale = self.base / "stale"
-        stale.mkdir()
-        for sub in ("new", "work"):
-            for entry in (c.spool / sub).iterdir():
-                entry.rename(stale / entry.name)
-        wait_node_idle(c.node)
+        fresh_start(c.spool, self.base, c.node)
 
         # 1. the node is lost under a running job (alone on the node)
         nodefail = self.submit("nodefail", "--no-requeue", "--wrap", "sleep 300")

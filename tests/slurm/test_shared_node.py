@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.slurm.conftest import Cluster, sbatch, sh, wait_node_idle, wait_state
+from tests.slurm.conftest import Cluster, fresh_start, sbatch, sh, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -101,12 +101,7 @@ class SharedNode:
 
     def run(self) -> None:
         c = self.cluster
-        stale = self.base / "stale"
-        stale.mkdir()
-        for sub in ("new", "work"):
-            for entry in (c.spool / sub).iterdir():
-                entry.rename(stale / entry.name)
-        wait_node_idle(c.node)
+        fresh_start(c.spool, self.base, c.node)
         a, b = c.user, SECOND_USER
         # every job runs while the others' events happen, so each window holds all of them
         self.submit("timeout", b, "--time=1", "--wrap", "echo start; sleep 300")
