@@ -921,8 +921,9 @@ def _redact_file(
     if rel == (MANIFEST,):
         try:
             data = json.loads(path.read_text(encoding="utf-8-sig"))
-        except (OSError, ValueError) as exc:
-            raise BundleError(f"cannot read: {exc}; nothing written", Location(str(path))) from None
+        except (OSError, ValueError, RecursionError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+            raise BundleError(f"cannot read: {why}; nothing written", Location(str(path))) from None
         if isinstance(data, dict):
             kept = {k: data.pop(k) for k in ("trust", "streams") if k in data}
             data = red.value(data)

@@ -430,3 +430,13 @@ def test_streams_the_site_does_not_read_are_not_missing_in_its_bundle(
     (src / "bundle.json").write_text(json.dumps({"streams": ["kernal"]}))
     with pytest.raises(BundleError, match=r"streams: .* is not a list of stream names"):
         diagnose_bundle(src, ruleset)
+
+
+def test_a_manifest_nested_too_deeply_is_a_one_line_error(tmp_path: Path) -> None:
+    src = _case(tmp_path)
+    (src / "bundle.json").write_text("[" * 100_000 + "]" * 100_000)
+    result = CliRunner().invoke(main, ["bundle", str(src), str(tmp_path / "out"), "--redact"])
+    assert result.exit_code == 1 and not (tmp_path / "out").exists()
+    assert result.output.strip().endswith(
+        "bundle.json: cannot read: nested too deeply; nothing written"
+    )
