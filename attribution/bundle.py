@@ -201,15 +201,26 @@ def parse_json(text: str, source: str) -> Any:
 MANIFEST = "bundle.json"
 
 
-def read_manifest(path: Path) -> dict[Stream, Trust]:
-    """The per-stream trust a bundle's ``bundle.json`` declares (``sattr bundle`` writes it from
-    the site's configuration); without the file, every stream has its default trust.
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What a bundle's ``bundle.json`` declares (``sattr bundle`` writes it from the site's
+    configuration): each stream's trust (absent: its default), and the streams the site reads
+    (a stream left out is not configured there, no Fabric Manager or StdErr in the StdOut file,
+    so its absence is no "missing" entry; None: the manifest does not say)."""
+
+    trust: dict[Stream, Trust] = field(default_factory=dict)
+    streams: frozenset[Stream] | None = None
+
+
+def read_manifest(path: Path) -> Manifest:
+    """Read ``bundle.json``; without the file, every stream has its default trust.
 
     Raises:
-        BundleError: a file that is not JSON, or a trust entry that names no stream or level.
+        BundleError: a file that is not JSON, a trust entry that names no stream or level, or
+            ``streams`` that is not a list of stream names.
     """
     if not path.is_file():
-        return {}
+        return Manifest()
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
@@ -218,36 +229,24 @@ def read_manifest(path: Path) -> dict[Stream, Trust]:
     declared = data.get("trust", {}) if isinstance(data, dict) else None
     if not isinstance(declared, dict):
         raise BundleError("'trust' must map stream names to trusted|untrusted", Location(str(path)))
-    out: dict[Stream, Trust] = {}
+    trust: dict[Stream, Trust] = {}
     for name, level in declared.items():
         try:
-            out[Stream(name)] = Trust(level)
+            trust[Stream(name)] = Trust(level)
         except ValueError:
             raise BundleError(
                 f"trust: {name!r}: {level!r} is not a stream with trusted or untrusted",
                 Location(str(path)),
             ) from None
-    if any(s in out for s in (Stream.JOB_STDOUT, Stream.JOB_STDERR)):
+    if any(s in trust for s in (Stream.JOB_STDOUT, Stream.JOB_STDERR)):
         raise BundleError("trust: the job's own output is always untrusted", Location(str(path)))
-    return out
-
-
-def manifest_streams(path: Path) -> frozenset[Stream] | None:
-    """The streams ``bundle.json`` says the site reads (``sattr bundle`` writes them): a stream
-    left out is not configured there (no Fabric Manager, StdErr in the StdOut file), so its
-    absence is no "missing" entry. None when the manifest does not say.
-
-    Raises:
-        BundleError: ``streams`` is not a list of stream names.
-    """
-    if not path.is_file():
-        return None
-    data = parse_json(path.read_text(encoding="utf-8-sig", errors="replace"), str(path))
-    names = data.get("streams") if isinstance(data, dict) else None
+    names = data.get("streams")
     if names is None:
-        return None
+        return Manifest(trust)
     try:
-        return frozenset(Stream(str(n)) for n in names) if isinstance(names, list) else None
+        if not isinstance(names, list):
+            raise ValueError(names)
+        return Manifest(trust, frozenset(Stream(str(n)) for n in names))
     except ValueError:
         raise BundleError(
             f"streams: {names!r} is not a list of stream names", Location(str(path))
@@ -282,8 +281,8 @@ def load_bundle(path: Path | str) -> Bundle:
     if not root.is_dir():
         raise BundleError("not a bundle directory", Location(str(root)))
     job = read_job(contained(root, root / "job.json"))
-    trust = read_manifest(contained(root, root / MANIFEST))
-    configured = manifest_streams(root / MANIFEST)
+    manifest = read_manifest(contained(root, root / MANIFEST))
+    trust, configured = manifest.trust, manifest.streams
 
     def site_reads(stream: Stream) -> bool:
         return configured is None or stream in configured

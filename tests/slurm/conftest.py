@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,20 @@ def wait_state(job: str, pattern: str, timeout: float = 90) -> str:
             return state
         time.sleep(0.5)
     raise AssertionError(f"job {job} never reached {pattern} (last state {state!r})")
+
+
+def sattr(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``sattr`` as the operator would (this interpreter), failing on a non-zero exit."""
+    done = subprocess.run(
+        [sys.executable, "-m", "attribution", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"sattr {' '.join(args)} failed: {done.stderr}")
+    return done
 
 
 def fresh_start(spool: Path, base: Path, node: str) -> None:

@@ -27,7 +27,15 @@ from typing import Any
 
 import pytest
 
-from tests.slurm.conftest import Cluster, fresh_start, sbatch, sh, wait_node_idle, wait_state
+from tests.slurm.conftest import (
+    Cluster,
+    fresh_start,
+    sattr,
+    sbatch,
+    sh,
+    wait_node_idle,
+    wait_state,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -40,19 +48,6 @@ TRACEBACK = (
     "print('epoch 1 loss 0.5', flush=True)\n"
     "load((3, 4))\n"
 )
-
-
-def sattr(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "attribution", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if check and done.returncode != 0:
-        raise AssertionError(f"sattr {' '.join(args)} failed: {done.stderr}")
-    return done
 
 
 def admin_comment(job: str) -> str:

@@ -15,8 +15,6 @@ import json
 import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.slurm.conftest import Cluster, fresh_start, sbatch, sh, wait_state
+from tests.slurm.conftest import Cluster, fresh_start, sattr, sbatch, sh, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -44,19 +42,6 @@ def journal_problem() -> str | None:
     ):
         return "journald writes no journal file"
     return None
-
-
-def sattr(*args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "attribution", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"sattr {' '.join(args)} failed: {done.stderr}")
-    return done
 
 
 class SharedNode:
