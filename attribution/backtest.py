@@ -6,12 +6,22 @@ Per case the score is one of ``exact`` (the expected sub_domain),
 per-class precision and recall, responsible-node accuracy (the blamed node
 set equals ``responsible_nodes``), suspect-node accuracy (``suspect_nodes``: nodes only
 untrusted evidence names, never blamed) and terminal_state accuracy.
+
+The cause is scored too when ``cause`` names a diagnosis rule id (or ``ambiguous``,
+``unattributed``, ``passed``): right when the verdict's cause id is it or one of
+``acceptable_causes``. Free text in ``cause`` is kept as prose and counted as not scored.
+Wrong blame is counted on its own: a verdict that blamed a node the answer does not blame
+(``blamed_wrong_node``), one that blamed no node where the answer names one (``missed_node``),
+and the sub_domain errors that move blame across the line between the job and the system
+(``system_blamed_for_application``: expected application, got hardware, system_software or
+infrastructure; ``application_blamed_for_system``: the reverse).
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +29,16 @@ from typing import Any
 from attribution.model import CAUSE_DOMAINS, SubDomain, TerminalState, Verdict
 
 SCORES = ("exact", "acceptable", "ambiguous", "unattributed", "wrong")
+#: cause ids a verdict has without a diagnosis rule
+ENGINE_CAUSES = frozenset({"ambiguous", "unattributed", "passed"})
+BLAME_KINDS = (
+    "blamed_wrong_node",
+    "missed_node",
+    "system_blamed_for_application",
+    "application_blamed_for_system",
+)
+_SYSTEM = frozenset({"hardware", "system_software", "infrastructure"})
+_RULE_ID = re.compile(r"^[a-z0-9]+(?:[-.][a-z0-9]+)*$")
 CLASSES = [d.value for d in CAUSE_DOMAINS] + ["ambiguous", "unattributed", "none"]
 
 
@@ -43,6 +63,9 @@ class CaseResult:
     expected_suspects: list[str] | None = None
     got_suspects: list[str] = field(default_factory=list)
     suspects_ok: bool | None = None
+    expected_cause: str | None = None
+    cause_ok: bool | None = None
+    blame: str | None = None
 
 
 _DOMAINS = frozenset(s.value for s in SubDomain)
@@ -65,6 +88,11 @@ def check_expected(expected: Any) -> list[str]:
     term = expected.get("terminal_state")
     if term is not None and str(term) not in _TERMINALS:
         problems.append(f"unknown terminal_state {term!r}")
+    causes = expected.get("acceptable_causes")
+    if causes is not None and not (
+        isinstance(causes, list) and all(isinstance(c, str) for c in causes)
+    ):
+        problems.append("acceptable_causes must be a list of rule ids")
     for key in ("responsible_nodes", "suspect_nodes"):
         nodes = expected.get(key)
         if nodes is not None and not isinstance(nodes, list):
@@ -72,7 +100,50 @@ def check_expected(expected: Any) -> list[str]:
     return problems
 
 
-def score_case(name: str, path: str, expected: dict[str, Any], verdict: Verdict) -> CaseResult:
+def scored_cause(expected: dict[str, Any], known: Collection[str] | None = None) -> str | None:
+    """The expected cause when it is a rule id we can score, else None (prose).
+
+    With ``known`` (the loaded diagnosis rule ids) a kebab-case word that names no rule is
+    prose too; without it any kebab-case word counts.
+    """
+    cause = expected.get("cause")
+    if not isinstance(cause, str) or not _RULE_ID.match(cause.strip()):
+        return None
+    cause = cause.strip()
+    if known is not None and cause not in known and cause not in ENGINE_CAUSES:
+        return None
+    return cause
+
+
+def verdict_cause(verdict: Verdict) -> str:
+    """The verdict's cause id; ``unattributed`` or ``passed`` when no rule decided it."""
+    if verdict.cause is not None:
+        return verdict.cause.id
+    return "passed" if verdict.terminal_state is TerminalState.PASS else "unattributed"
+
+
+def blame_error(
+    exp_sd: str | None, got_sd: str, exp_nodes: Sequence[str] | None, got_nodes: Sequence[str]
+) -> str | None:
+    """The kind of wrong blame in one verdict, or None (see the module's docstring)."""
+    if exp_nodes is not None and set(got_nodes) - set(exp_nodes):
+        return "blamed_wrong_node"
+    if exp_sd == "application" and got_sd in _SYSTEM:
+        return "system_blamed_for_application"
+    if exp_sd in _SYSTEM and got_sd == "application":
+        return "application_blamed_for_system"
+    if exp_nodes and not got_nodes:
+        return "missed_node"
+    return None
+
+
+def score_case(
+    name: str,
+    path: str,
+    expected: dict[str, Any],
+    verdict: Verdict,
+    known_causes: Collection[str] | None = None,
+) -> CaseResult:
     """Compare one verdict with its expectation.
 
     Raises:
@@ -107,6 +178,11 @@ def score_case(name: str, path: str, expected: dict[str, Any], verdict: Verdict)
     )
     exp_term = expected.get("terminal_state")
     got_term = verdict.terminal_state.value
+    exp_cause = scored_cause(expected, known_causes)
+    got_cause = verdict_cause(verdict)
+    cause_ok = None
+    if exp_cause is not None:
+        cause_ok = got_cause in {exp_cause, *(expected.get("acceptable_causes") or [])}
     return CaseResult(
         name=name,
         path=path,
@@ -119,11 +195,16 @@ def score_case(name: str, path: str, expected: dict[str, Any], verdict: Verdict)
         expected_terminal=exp_term,
         got_terminal=got_term,
         terminal_ok=None if exp_term is None else exp_term == got_term,
-        cause=verdict.cause.id if verdict.cause else None,
+        cause=got_cause,
         summary=verdict.summary,
         expected_suspects=None if exp_suspects is None else [str(n) for n in exp_suspects],
         got_suspects=got_suspects,
         suspects_ok=suspects_ok,
+        expected_cause=exp_cause,
+        cause_ok=cause_ok,
+        blame=blame_error(
+            exp_sd, got, None if exp_nodes is None else [str(n) for n in exp_nodes], got_nodes
+        ),
     )
 
 
@@ -169,6 +250,16 @@ class Report:
         judged = [c for c in self.scored if c.suspects_ok is not None]
         return sum(1 for c in judged if c.suspects_ok), len(judged)
 
+    def cause_accuracy(self) -> tuple[int, int]:
+        """Right causes, and cases whose expected cause is a rule id (prose is not scored)."""
+        judged = [c for c in self.scored if c.cause_ok is not None]
+        return sum(1 for c in judged if c.cause_ok), len(judged)
+
+    def blame_counts(self) -> dict[str, int]:
+        """Wrong-blame errors by kind; every kind is listed, zero or not."""
+        found = Counter(c.blame for c in self.scored if c.blame)
+        return {k: found.get(k, 0) for k in BLAME_KINDS}
+
     def terminal_accuracy(self) -> tuple[int, int]:
         judged = [c for c in self.scored if c.terminal_ok is not None]
         return sum(1 for c in judged if c.terminal_ok), len(judged)
@@ -201,6 +292,7 @@ class Report:
         node_ok, node_n = self.node_accuracy()
         sus_ok, sus_n = self.suspect_accuracy()
         term_ok, term_n = self.terminal_accuracy()
+        cause_ok, cause_n = self.cause_accuracy()
         n = len(self.scored)
         return {
             "cases": len(self.cases),
@@ -215,6 +307,8 @@ class Report:
             "responsible_node_accuracy": {"correct": node_ok, "judged": node_n},
             "suspect_node_accuracy": {"correct": sus_ok, "judged": sus_n},
             "terminal_state_accuracy": {"correct": term_ok, "judged": term_n},
+            "cause_accuracy": {"correct": cause_ok, "judged": cause_n},
+            "wrong_blame": self.blame_counts(),
             "per_class": self.per_class(),
             "confusion": self.confusion(),
             "results": [
@@ -225,6 +319,9 @@ class Report:
                     "got": c.got_sub_domain,
                     "score": c.score,
                     "cause": c.cause,
+                    "expected_cause": c.expected_cause,
+                    "cause_ok": c.cause_ok,
+                    "blame": c.blame,
                     "expected_nodes": c.expected_nodes,
                     "got_nodes": c.got_nodes,
                     "nodes_ok": c.nodes_ok,

@@ -178,11 +178,12 @@ def backtest(
     if not cases:
         fail("no bundles with an expected.yaml under " + ", ".join(dirs))
     report = Report()
+    known = {d.id for d in ruleset.diagnoses}
     for path in cases:
         try:
             expected = read_expected(path / "expected.yaml") or {}
             _, verdict = diagnose_bundle(path, ruleset)
-            report.cases.append(score_case(path.name, str(path), expected, verdict))
+            report.cases.append(score_case(path.name, str(path), expected, verdict, known))
         except (AttributionError, ValueError) as exc:
             report.cases.append(error_result(path.name, str(path), None, str(exc)))
         except Exception as exc:  # one broken case must not lose the others' results

@@ -259,7 +259,7 @@ def coverage_view(verdict: Verdict, *, verbose: bool = False) -> RenderableType:
 def backtest_view(report: Report) -> RenderableType:
     report = _scrub(report)
     table = Table(title="Cases", title_justify="left", box=None, pad_edge=False)
-    for col in ("case", "expected", "got", "score", "nodes", "cause"):
+    for col in ("case", "expected", "got", "score", "nodes", "cause", "blame"):
         table.add_column(col)
     style = {
         "exact": "green",
@@ -280,7 +280,14 @@ def backtest_view(report: Report) -> RenderableType:
             c.got_sub_domain,
             Text(c.score, style=style.get(c.score, "")),
             nodes,
-            c.error or c.cause or "-",
+            c.error
+            or (c.cause or "-")
+            + (
+                ""
+                if c.cause_ok is None
+                else (" ok" if c.cause_ok else f" (not {c.expected_cause})")
+            ),
+            Text(c.blame.replace("_", " "), style="bold red") if c.blame else "-",
         )
     data = report.to_dict()
     counts = data["counts"]
@@ -307,6 +314,19 @@ def backtest_view(report: Report) -> RenderableType:
     if ta["judged"]:
         rate = ta["correct"] / ta["judged"]
         totals.append(f" · terminal_state: {ta['correct']}/{ta['judged']} ({rate:.1%})")
+    ca = data["cause_accuracy"]
+    if ca["judged"]:
+        rate = ca["correct"] / ca["judged"]
+        totals.append(
+            f"\ncause: {ca['correct']}/{ca['judged']} ({rate:.1%}) of the cases whose answer"
+            " names a rule id"
+        )
+    blame = data["wrong_blame"]
+    totals.append("\nwrong blame: ")
+    totals.append(
+        " · ".join(f"{k.replace('_', ' ')} {v}" for k, v in blame.items()),
+        style="bold red" if any(blame.values()) else "green",
+    )
     if data["errors"]:
         totals.append(f"\n{data['errors']} case(s) could not be diagnosed", style="bold red")
     per = Table(title="Per sub_domain", title_justify="left", box=None, pad_edge=False)

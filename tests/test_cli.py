@@ -143,3 +143,33 @@ def test_rediagnose_keeps_verdicts_whose_evidence_is_gone(tmp_path: Path) -> Non
     result = run("rediagnose", "--config", str(config), "4242001")
     assert result.exit_code == 1 and "no verdict store here" in result.output
     assert not absent.exists()
+
+
+def test_backtest_scores_causes_and_counts_wrong_blame(tmp_path: Path) -> None:
+    """A rule-id cause is scored, prose is not; a verdict blaming a node the answer does
+    not blame is counted as wrong blame (the real run on real-case11, a GPU off the bus)."""
+    import shutil
+
+    case = tmp_path / "cases" / "xid79"
+    shutil.copytree(CASES / "real-case11", case)
+    text = (case / "expected.yaml").read_text()
+    data = json.loads(run("backtest", "--json", str(case)).output)
+    assert data["cause_accuracy"] == {"correct": 1, "judged": 1}
+    assert set(data["wrong_blame"].values()) == {0}
+    # the answer now says the user's code was at fault and no node is to blame
+    lines = [
+        ln
+        for ln in text.splitlines()
+        if not ln.startswith(("sub_domain:", "responsible_nodes:", "cause:", "acceptable"))
+    ]
+    (case / "expected.yaml").write_text(
+        "\n".join(lines) + "\nsub_domain: application\nresponsible_nodes: []\ncause: python-error\n"
+    )
+    data = json.loads(run("backtest", "--json", str(case)).output)
+    assert data["cause_accuracy"] == {"correct": 0, "judged": 1}
+    assert data["wrong_blame"]["blamed_wrong_node"] == 1
+    (case / "expected.yaml").write_text("\n".join(lines) + "\ncause: a GPU fell off the bus\n")
+    data = json.loads(run("backtest", "--json", str(case)).output)
+    assert data["cause_accuracy"]["judged"] == 0
+    shown = run("backtest", str(case)).output
+    assert "wrong blame:" in shown

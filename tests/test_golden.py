@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attribution.backtest import score_case
+from attribution.backtest import ENGINE_CAUSES, Report, score_case
 from attribution.bundle import diagnose_bundle, read_expected
 from attribution.model import verdict_to_dict
 from attribution.rules.loader import RuleSet
@@ -34,6 +34,28 @@ def test_golden_case(bundle: Path, ruleset: RuleSet) -> None:
         assert result.terminal_ok, f"terminal_state {verdict.terminal_state}\n{shown}"
     if expected.get("responsible_nodes") is not None:
         assert result.nodes_ok, f"responsible {result.got_nodes} != {expected['responsible_nodes']}"
+
+
+def test_every_answer_names_a_rule_and_blame_is_never_wrong(ruleset: RuleSet) -> None:
+    """Each golden answer names the diagnosis rule it expects (prose is not scored); over the
+    suite no verdict blames a node the answer does not, or moves blame across the line
+    between the job and the system, and at least 98 % of causes are the expected rule."""
+    known = {d.id for d in ruleset.diagnoses} | ENGINE_CAUSES
+    report = Report()
+    for bundle in BUNDLES:
+        expected = read_expected(bundle / "expected.yaml")
+        assert expected is not None
+        for cause in [expected.get("cause"), *(expected.get("acceptable_causes") or [])]:
+            assert cause in known, f"{bundle.name}: cause {cause!r} names no diagnosis rule"
+        _, verdict = diagnose_bundle(bundle, ruleset)
+        report.cases.append(score_case(bundle.name, str(bundle), expected, verdict, known))
+    assert report.blame_counts() == dict.fromkeys(report.blame_counts(), 0), [
+        (c.name, c.blame) for c in report.cases if c.blame
+    ]
+    right, judged = report.cause_accuracy()
+    assert judged == len(BUNDLES)
+    misses = [(c.name, c.cause, c.expected_cause) for c in report.cases if not c.cause_ok]
+    assert right / judged >= 0.98, misses
 
 
 def test_verdicts_are_deterministic(ruleset: RuleSet) -> None:
