@@ -404,6 +404,9 @@ _OK = CoverageStatus.OK
 _SLURM_ONLY = "Slurm's own record of the job (sacct)"
 
 
+_LEVELS = {"low": 0, "medium": 1, "high": 2}
+
+
 def _confidence(
     job: JobRecord,
     outcome: Outcome,
@@ -411,7 +414,28 @@ def _confidence(
     coverage: Sequence[Coverage],
     ownership: Mapping[str, Any],
 ) -> Confidence:
-    """How far to trust the verdict, and why, in one line (docs/verdict.md)."""
+    """How far to trust the verdict, and why, in one line (docs/verdict.md): what the
+    evidence supports, capped by what the deciding rule declares it can know."""
+    found = _evidence_confidence(job, outcome, passed, coverage, ownership)
+    winner = outcome.winner
+    if passed or winner is None or outcome.tied:
+        return found
+    cap = winner.rule.confidence
+    if cap is None or _LEVELS[cap] >= _LEVELS[found.level]:
+        return found
+    reason = winner.rule.confidence_reason or (
+        "a family rule: it knows this kind of message, not this message"
+    )
+    return Confidence(cap, f"{reason}; {found.reason}")
+
+
+def _evidence_confidence(
+    job: JobRecord,
+    outcome: Outcome,
+    passed: bool,
+    coverage: Sequence[Coverage],
+    ownership: Mapping[str, Any],
+) -> Confidence:
     winner = outcome.winner
     if passed:
         return Confidence("high", "Slurm recorded COMPLETED with exit code 0:0")

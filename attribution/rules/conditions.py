@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import operator
 import re
+import signal
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -126,6 +127,35 @@ def selects(selector: Selector, event: Event) -> bool:
     return check_all(event_values(event), selector.where)
 
 
+def ending_signal(job: JobRecord) -> int | None:
+    """The signal that ended the job's program, from Slurm's exit codes alone: ``0:11`` gives
+    11; an exit status of 129-159 gives status-128 (how a shell reports a child it lost to a
+    signal, ``139`` for SIGSEGV); else the derived exit code's signal. None when none says."""
+    if job.exit_signal:
+        return job.exit_signal
+    status = job.exit_status
+    if status is not None and 128 < status < 160:
+        return status - 128
+    derived = (job.derived_exit_code or "").partition(":")
+    signal = _number(derived[2]) if derived[2] else None
+    if signal:
+        return int(signal)
+    code = _number(derived[0]) if derived[0] else None
+    if code is not None and 128 < code < 160:
+        return int(code) - 128
+    return None
+
+
+def signal_name(number: int | None) -> str | None:
+    """``SIGSEGV`` for 11: the C library's name of a Linux signal number (None if unknown)."""
+    if number is None:
+        return None
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return None
+
+
 def job_values(job: JobRecord) -> dict[str, Any]:
     """Job-record values a ``job:`` condition can test (names as in ``JobConditions``)."""
     derived = (job.derived_exit_code or "").partition(":")
@@ -140,6 +170,7 @@ def job_values(job: JobRecord) -> dict[str, Any]:
         "exit_signal": job.exit_signal,
         "derived_status": _number(derived[0]) if derived[0] else None,
         "derived_signal": _number(derived[2]) if derived[2] else None,
+        "signal": ending_signal(job),
         "num_nodes": len(job.nodes) if job.nodes else None,
         "duration": job.duration,
         "cancelled_by_owner": owner_cancel,

@@ -354,6 +354,47 @@ def _straggler(rule: CorrelationRule, events: Sequence[Event], identity: Identit
     return [_finding(rule, nodes, members, fields, first)]
 
 
+def _desync(rule: CorrelationRule, events: Sequence[Event], identity: Identity) -> list[Finding]:
+    """Ranks that timed out in different collectives: each rank's (``seq``, ``op``) from its
+    timeout report; two or more distinct ones among two or more ranks is a finding. The
+    ranks in the smallest group are named (the odd ones out), their nodes are the finding's."""
+    assert rule.select is not None
+    waiting: dict[int, tuple[int, str]] = {}
+    node_of: dict[int, str | None] = {}
+    members: list[Event] = []
+    for event in events:
+        if not selects(rule.select, event):
+            continue
+        rank = event.rank if event.rank is not None else event.fields.get("rank")
+        seq = event.fields.get("seq")
+        if rank is None or seq is None:
+            continue
+        members.append(event)
+        key = (int(seq), str(event.fields.get("op") or "").upper())
+        waiting.setdefault(int(rank), key)
+        node_of.setdefault(int(rank), event.node or identity.rank_node.get(int(rank)))
+    groups: dict[tuple[int, str], list[int]] = {}
+    for rank, key in sorted(waiting.items()):
+        groups.setdefault(key, []).append(rank)
+    if len(groups) < 2:
+        return []
+    odd_key, odd = min(groups.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    nodes = tuple(dict.fromkeys(n for r in odd if (n := node_of.get(r)) is not None))
+    fields = {
+        "ranks": ",".join(map(str, odd)),
+        "rank": odd[0],
+        "seq": odd_key[0],
+        "op": odd_key[1],
+        "collectives": "; ".join(
+            f"#{seq} {op or '?'} on rank(s) {','.join(map(str, ranks))}"
+            for (seq, op), ranks in sorted(groups.items())
+        ),
+        "reporting_ranks": len(waiting),
+    }
+    first = min(members, key=_order_key)
+    return [_finding(rule, nodes, members, fields, first)]
+
+
 def _outlier(rule: CorrelationRule, events: Sequence[Event], job: JobRecord) -> list[Finding]:
     assert rule.select is not None
     chosen = [e for e in events if selects(rule.select, e) and e.node]
@@ -461,6 +502,8 @@ def correlate(
             findings.extend(_vote(rule, events, identity))
         elif rule.op == "straggler":
             findings.extend(_straggler(rule, events, identity))
+        elif rule.op == "desync":
+            findings.extend(_desync(rule, events, identity))
         elif rule.op == "outlier":
             findings.extend(_outlier(rule, events, job))
         else:

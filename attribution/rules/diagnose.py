@@ -39,7 +39,13 @@ from attribution.model import (
     SubDomain,
 )
 from attribution.ownership import recording
-from attribution.rules.conditions import check_all, job_matches, selects
+from attribution.rules.conditions import (
+    check_all,
+    ending_signal,
+    job_matches,
+    selects,
+    signal_name,
+)
 from attribution.rules.schema import DiagnosisRule, EventCondition, FindingCondition
 from attribution.rules.template import render
 
@@ -395,6 +401,8 @@ def _values(
         "state": job.state,
         "exit_code": job.exit_code,
         "user": job.user,
+        "signal": ending_signal(job),
+        "signal_name": signal_name(ending_signal(job)),
     }
     if rep is not None:
         values.update(rep.fields)

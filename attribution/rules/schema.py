@@ -315,6 +315,9 @@ class JobConditions(Strict):
     exit_signal: Condition | None = None
     derived_status: Condition | None = None
     derived_signal: Condition | None = None
+    # the signal that ended the job's program: the SIG of N:SIG, else 128+N in the exit status
+    # (a shell reports a child killed by signal N as 128+N), else the derived exit code's
+    signal: Condition | None = None
     num_nodes: Condition | None = None
     duration: Condition | None = None  # seconds
     cancelled_by_owner: bool | None = None
@@ -441,6 +444,9 @@ class CorrelationRule(Header):
                   as the address, never as a node.
       straggler - watchdog progress counters: ranks whose last enqueued work is
                   below the failing sequence number never issued the collective.
+      desync    - ranks that timed out waiting in different collectives (another
+                  sequence number or another operation): the ranks issued different
+                  collectives, which the program's control flow decides.
       outlier   - ``event`` seen on at most ``max_nodes`` of a job with at least
                   ``min_job_nodes`` nodes: those nodes stand out. With ``field``:
                   the nodes whose value of it differs from the one most nodes
@@ -448,7 +454,7 @@ class CorrelationRule(Header):
     """
 
     kind: Literal["correlation"]
-    op: Literal["suppress", "sequence", "vote", "straggler", "outlier"]
+    op: Literal["suppress", "sequence", "vote", "straggler", "desync", "outlier"]
     # suppress
     symptoms: list[Selector] = []
     roots: list[Selector] = []
@@ -492,6 +498,7 @@ class CorrelationRule(Header):
             "sequence": ["cause", "effect"],
             "vote": ["select", "field", "finding"],
             "straggler": ["select", "finding"],
+            "desync": ["select", "finding"],
             "outlier": ["select", "finding"],
         }
         missing = [name for name in need[self.op] if not getattr(self, name)]
@@ -516,6 +523,10 @@ class DiagnosisRule(Header):
     device: str | None = None  # template
     summary: str
     action: str | None = None
+    # the most a verdict from this rule can be trusted: a family rule that knows the kind of
+    # message but not the message itself says ``low`` (docs/rules.md, "Family rules")
+    confidence: Literal["high", "medium", "low"] | None = None
+    confidence_reason: str | None = None
     examples: ScenarioExamples = ScenarioExamples()
 
     @field_validator("sub_domain")
