@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from attribution.hostlist import is_ip, short_name
+from attribution.hostlist import compress, is_ip, short_name
 from attribution.model import Event, EventRole, Finding, JobRecord, Standing
 from attribution.rules.conditions import ROOT_ROLES, selects
 from attribution.rules.schema import CorrelationRule, Selector
@@ -354,10 +354,16 @@ def _straggler(rule: CorrelationRule, events: Sequence[Event], identity: Identit
     return [_finding(rule, nodes, members, fields, first)]
 
 
+#: ranks this many collectives apart or more are not one process group out of step
+MAX_DESYNC_SPREAD = 8
+
+
 def _desync(rule: CorrelationRule, events: Sequence[Event], identity: Identity) -> list[Finding]:
     """Ranks that timed out in different collectives: each rank's (``seq``, ``op``) from its
     timeout report; two or more distinct ones among two or more ranks is a finding. The
-    ranks in the smallest group are named (the odd ones out), their nodes are the finding's."""
+    ranks in the smallest group are named (the odd ones out), their nodes are the finding's.
+    A rank reporting two collectives, or sequence numbers further apart than
+    ``MAX_DESYNC_SPREAD``, means several process groups: no finding."""
     assert rule.select is not None
     waiting: dict[int, tuple[int, str]] = {}
     node_of: dict[int, str | None] = {}
@@ -371,8 +377,14 @@ def _desync(rule: CorrelationRule, events: Sequence[Event], identity: Identity) 
             continue
         members.append(event)
         key = (int(seq), str(event.fields.get("op") or "").upper())
-        waiting.setdefault(int(rank), key)
+        if waiting.setdefault(int(rank), key) != key:
+            # one rank timing out in several collectives: several process groups (whose
+            # sequence numbers are their own) or a group-local rank number; no verdict
+            return []
         node_of.setdefault(int(rank), event.node or identity.rank_node.get(int(rank)))
+    seqs = {seq for seq, _ in waiting.values()}
+    if seqs and max(seqs) - min(seqs) > MAX_DESYNC_SPREAD:
+        return []  # so far apart they count different process groups' collectives
     groups: dict[tuple[int, str], list[int]] = {}
     for rank, key in sorted(waiting.items()):
         groups.setdefault(key, []).append(rank)
@@ -417,7 +429,8 @@ def _outlier_value(
     rule: CorrelationRule, chosen: list[Event], job_nodes: set[str]
 ) -> list[Finding]:
     """Nodes whose ``field`` differs from what most nodes report (at most ``max_nodes`` of them,
-    and fewer than the nodes that agree)."""
+    and fewer than the nodes that agree). With ``split``, nodes that disagree without a few
+    standing out give a finding that names no node."""
     assert rule.field is not None
     values: dict[str, set[str]] = defaultdict(set)
     for e in chosen:
@@ -432,6 +445,18 @@ def _outlier_value(
         return []
     common, agreeing = max(per_value.items(), key=lambda kv: (len(kv[1]), kv[0]))
     odd = sorted(n for n, seen in values.items() if seen != {common})
+    if odd and rule.split and (len(odd) > rule.max_nodes or len(agreeing) <= len(odd)):
+        # the nodes disagree but no few of them stand out: the disagreement is the finding,
+        # with no node singled out
+        fields: dict[str, object] = {
+            rule.field: "; ".join(
+                f"{v} on {compress(sorted(ns))}" for v, ns in sorted(per_value.items())
+            ),
+            "common_value": None,
+            "job_nodes": len(job_nodes),
+            "outlier_nodes": 0,
+        }
+        return [_finding(rule, (), chosen, fields, min(chosen, key=_order_key))]
     if not odd or len(odd) > rule.max_nodes or len(agreeing) <= len(odd):
         return []
     members = [e for e in chosen if e.node in odd]

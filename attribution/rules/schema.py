@@ -450,7 +450,9 @@ class CorrelationRule(Header):
       outlier   - ``event`` seen on at most ``max_nodes`` of a job with at least
                   ``min_job_nodes`` nodes: those nodes stand out. With ``field``:
                   the nodes whose value of it differs from the one most nodes
-                  report (at most ``max_nodes``, fewer than those that agree).
+                  report (at most ``max_nodes``, fewer than those that agree); with
+                  ``split``, nodes that disagree with no minority give a finding that
+                  names no node.
     """
 
     kind: Literal["correlation"]
@@ -476,6 +478,7 @@ class CorrelationRule(Header):
     peer_kind: Literal["host", "rank"] = "host"  # what ``field`` names: a host/IP or a rank
     max_nodes: int = Field(default=1, ge=1)
     min_job_nodes: int = Field(default=2, ge=2)
+    split: bool = False  # outlier with field: a disagreement without a minority is a finding too
     # result
     finding: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
     summary: str | None = None
