@@ -187,14 +187,17 @@ class LiteralScanner:
         return bool(self._find(line))
 
 
-def reading_plan(
-    ruleset: RuleSet, engine: str | None = None
-) -> tuple[dict[Stream, LiteralScanner], dict[Stream, int]]:
-    """Per stream, a scanner over its extractors' literals and how many lines to follow a hit.
+Plan = tuple[dict[Stream, LiteralScanner], dict[Stream, int], dict[Stream, LiteralScanner]]
 
-    Returns ``(selectors, follow)`` for ``attribution.sources.ReadContext``.
+
+def reading_plan(ruleset: RuleSet, engine: str | None = None) -> Plan:
+    """Per stream, a scanner over its extractors' literals, how many lines to follow a hit,
+    and a scanner over the literals of extractors that read more than progress output.
+
+    Returns ``(selectors, follow, notable)`` for ``attribution.sources.ReadContext``.
     """
     selectors: dict[Stream, LiteralScanner] = {}
+    notable: dict[Stream, LiteralScanner] = {}
     follow: dict[Stream, int] = {}
     for stream in Stream:
         chosen = [ex for ex in ruleset.extractors if stream in ex.streams]
@@ -204,11 +207,20 @@ def reading_plan(
             for lit in ex.literals
         }
         selectors[stream] = LiteralScanner(literals, engine)
+        notable[stream] = LiteralScanner(
+            {
+                Literal(lit.encode("utf-8"), ex.rule.match.ignore_case)
+                for ex in chosen
+                if not ex.rule.match.progress
+                for lit in ex.literals
+            },
+            engine,
+        )
         follow[stream] = max((ex.rule.match.continuation for ex in chosen), default=0)
-    return selectors, follow
+    return selectors, follow, notable
 
 
-_PLANS: dict[tuple[str, str], tuple[dict[Stream, LiteralScanner], dict[Stream, int]]] = {}
+_PLANS: dict[tuple[str, str], Plan] = {}
 
 
 def read_context(
@@ -227,13 +239,14 @@ def read_context(
     key = (ruleset.digest, chosen)
     if key not in _PLANS:
         _PLANS[key] = reading_plan(ruleset, chosen)
-    selectors, follow = _PLANS[key]
+    selectors, follow, notable = _PLANS[key]
     return ReadContext(
         tz=zone(job.timezone),
         reference=job.start or job.end,
         boot_times=dict(job.boot_times),
         job_nodes=job.nodes,
         selectors=selectors,
+        notable=notable,
         follow=follow,
         window=window,
         job_span=(job.start, job.end) if job.start and job.end and job.end > job.start else None,

@@ -2677,12 +2677,16 @@ def _chain_node_failure(sim: _Sim) -> _Result:
     extra = {"failed_node": a.name} if o["evidence"] == "failed_node" else {}
     sub, acc, cause, why = {
         "none": (
-            "infrastructure",
-            [],
-            "node.failure",
+            ("hardware", ["infrastructure"], "node-crashed-silently")
+            if o["evidence"] == "slurmctld"
+            else ("infrastructure", ["hardware"], "node.failure")
+        )
+        + (
             f"{a.name} stopped logging mid-job with no error and came back with a new boot; "
             "Slurm ended the job NODE_FAIL and peers lost its address. Node loss without a "
-            "recorded hardware or software cause is infrastructure (CHAINS.md §10).",
+            "recorded cause is infrastructure (CHAINS.md §10), except when slurmctld's record "
+            "and the node's own boot agree that it stopped dead and came back by itself: a "
+            "silent crash of the node, hardware (issue 10).",
         ),
         "mce": (
             "hardware",

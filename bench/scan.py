@@ -177,7 +177,7 @@ def pipeline(path: Path) -> int:
     from attribution.sources import ReadContext, SourceReader, SourceSpec
 
     rules = load_ruleset()
-    selectors, follow = reading_plan(rules)
+    selectors, follow, _notable = reading_plan(rules)
     ctx = ReadContext(selectors=selectors, follow=follow)
     extractor = Extractor(rules)
     events = 0

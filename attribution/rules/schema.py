@@ -152,6 +152,9 @@ class Match(Strict):
     # syslog program names the message may come from (empty: any). Kernel messages say
     # ``kernel``; a user's ``logger`` line says the user's name and is not believed.
     ident: list[str] = []
+    # the lines it reads are the job's ordinary progress output (steps, bars, results): the
+    # silence check before a time limit counts them as output, not as error messages
+    progress: bool = False
 
     normalise_contains = field_validator("contains", mode="before")(_as_list)
 

@@ -184,6 +184,9 @@ class ReadContext:
     job_nodes: tuple[str, ...] = ()
     max_line: int = DEFAULT_MAX_LINE
     selectors: Mapping[Stream, LineSelector] = field(default_factory=dict)
+    # per stream, the lines that are more than progress output (the silence check's
+    # "not ordinary" lines); default: the selectors
+    notable: Mapping[Stream, LineSelector] = field(default_factory=dict)
     follow: Mapping[Stream, int] = field(default_factory=dict)
     window: tuple[datetime | None, datetime | None] | None = None
     tolerance: float = 600.0
@@ -476,7 +479,11 @@ class SourceReader:
         assert self.ctx.job_span is not None
         start, end = self.ctx.job_span
         cutoff = end - timedelta(seconds=TEARDOWN)
-        selector = self.ctx.selectors.get(self.spec.stream) or EveryLine()
+        selector = (
+            self.ctx.notable.get(self.spec.stream)
+            or self.ctx.selectors.get(self.spec.stream)
+            or EveryLine()
+        )
         found = tail.last_time_before(cutoff, self.ctx, selector)
         if found is None:
             return None
