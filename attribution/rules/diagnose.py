@@ -137,6 +137,14 @@ def _event_condition(cond: EventCondition, events: Sequence[Event]) -> list[Even
         return None
     if cond.max_nodes is not None and len(nodes) > cond.max_nodes:
         return None
+    if cond.min_ranks > 1:
+        ranks = {
+            r
+            for e in chosen
+            if (r := e.rank if e.rank is not None else e.fields.get("rank")) is not None
+        }
+        if len(ranks) < cond.min_ranks:
+            return None
     return chosen
 
 

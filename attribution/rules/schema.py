@@ -298,6 +298,7 @@ class EventCondition(Selector):
     min_count: int = Field(default=1, ge=1)
     min_nodes: int = Field(default=1, ge=1)
     max_nodes: int | None = Field(default=None, ge=1)
+    min_ranks: int = Field(default=1, ge=1)  # distinct ranks among the events (unknown ranks: none)
 
 
 class FindingCondition(Strict):
