@@ -184,3 +184,10 @@ def test_parse_iso_offsets() -> None:
     assert parse_iso("2025-01-01T00:00:00", timezone(timedelta(hours=2))) == datetime(
         2024, 12, 31, 22, tzinfo=UTC
     )
+
+
+def test_dmesg_time_format_iso() -> None:
+    """`dmesg --time-format iso` puts a comma before the microseconds and an offset after."""
+    p = parse_prefix("2026-03-14T08:01:02,123456+01:00 NVRM: Xid (PCI:0000:3b:00): 79, pid=1")
+    assert p.time == datetime(2026, 3, 14, 7, 1, 2, 123456, tzinfo=UTC)
+    assert p.text.startswith("NVRM: Xid")
