@@ -14,7 +14,7 @@ Wrong blame is counted on its own: a verdict that blamed a node the answer does 
 (``blamed_wrong_node``), one that blamed no node where the answer names one (``missed_node``),
 and the sub_domain errors that move blame across the line between the job and the system
 (``system_blamed_for_application``: expected application, got hardware, system_software or
-infrastructure; ``application_blamed_for_system``: the reverse).
+infrastructure; ``application_blamed_for_system``: the reverse; an acceptable answer is neither).
 """
 
 from __future__ import annotations
@@ -203,7 +203,10 @@ def score_case(
         expected_cause=exp_cause,
         cause_ok=cause_ok,
         blame=blame_error(
-            exp_sd, got, None if exp_nodes is None else [str(n) for n in exp_nodes], got_nodes
+            exp_sd,
+            got if score not in ("exact", "acceptable") else exp_sd,
+            None if exp_nodes is None else [str(n) for n in exp_nodes],
+            got_nodes,
         ),
     )
 
