@@ -204,7 +204,7 @@ def score_case(
         cause_ok=cause_ok,
         blame=blame_error(
             exp_sd,
-            got if score not in ("exact", "acceptable") else exp_sd,
+            got if score not in ("exact", "acceptable") else (exp_sd or got),
             None if exp_nodes is None else [str(n) for n in exp_nodes],
             got_nodes,
         ),
