@@ -83,7 +83,11 @@ def compress(nodes: Iterable[str]) -> str:
     names = [n for n in nodes if n]
     if not names:
         return ""
-    return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
+    try:
+        return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
+    except (NodeSetParseError, RangeSetParseError, ValueError):
+        # a name that is no host name (a fragment of a host list in a log line): list them
+        return ",".join(dict.fromkeys(names))
 
 
 def short_name(host: str) -> str:

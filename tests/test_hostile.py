@@ -188,3 +188,38 @@ def test_unreadable_node_directories_are_coverage_not_a_crash(
             target.chmod(0o755)
         n1 = {c.status.value for c in verdict.coverage if c.node == "n1"}
         assert n1 == {"unreadable"}, (target, n1)
+
+
+def test_host_lists_in_slurm_lines_never_crash_and_name_no_single_node(tmp_path: Path) -> None:
+    """Real srun and slurmctld lines carry bracketed host lists with commas. They once cut the
+    list at the comma and crashed the verdict's rendering; several nodes lost in one line are a
+    shared cause, not the first node's fault."""
+    bundle = tmp_path / "b"
+    (bundle / "job").mkdir(parents=True)
+    (bundle / "job.json").write_text(
+        json.dumps(
+            {
+                "job_id": "7",
+                "state": "NODE_FAIL",
+                "exit_code": "0:0",
+                "nodes": "c[013-014]",
+                "start": "2022-07-31T02:15:40",
+                "end": "2022-07-31T13:44:30",
+            }
+        )
+    )
+    (bundle / "job" / "stdout.log").write_text(
+        "srun: error: c[013-014]: tasks 0-7: Terminated\n"
+        "srun: error: dgx[001-011,013-064]: tasks 0-10,12-63: Terminated\n"
+    )
+    (bundle / "slurmctld.log").write_text(
+        "[2022-07-31T13:38:02.114] error: Nodes c[013-014,023-024] not responding\n"
+        "[2022-07-31T13:44:30.006] error: Nodes c[013-014,023-024] not responding, setting DOWN\n"
+    )
+    result = CliRunner().invoke(main, ["diagnose", "--json", str(bundle)])
+    assert result.exit_code == 0, result.output
+    verdict = json.loads(result.output)
+    assert verdict["cause"]["id"] == "nodes-lost-together"
+    assert verdict["responsible"] == []
+    shown = CliRunner().invoke(main, ["diagnose", str(bundle)])
+    assert shown.exit_code == 0 and "c013,c014,c023,c024" in shown.output

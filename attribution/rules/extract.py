@@ -19,7 +19,7 @@ from typing import Any
 import ahocorasick
 from humanfriendly import InvalidSize, parse_size
 
-from attribution.hostlist import short_name
+from attribution.hostlist import HostlistError, expand, short_name
 from attribution.model import DEFAULT_TRUST, Event, EventRole, LogLine, Severity, Stream, Trust
 from attribution.rules.loader import CompiledExtractor, RuleSet
 from attribution.rules.schema import FieldSpec
@@ -257,7 +257,17 @@ class Extractor:
         node = line.node
         if emit.node:
             named = render(emit.node, values, unknown="")
-            if named:
+            if named and ("[" in named or "," in named):
+                # a host list ("c[013-014,023-024]", "a,b"): one node is that node; several
+                # name no single node (the rule sees them in ``named_nodes``)
+                try:
+                    listed = expand(named)
+                except HostlistError:
+                    listed = ()
+                node = short_name(listed[0]) if len(listed) == 1 else None
+                if len(listed) > 1:
+                    fields["named_nodes"] = ",".join(short_name(n) for n in listed)
+            elif named:
                 node = short_name(named)
         elif line.host and line.stream in (Stream.JOB_STDOUT, Stream.JOB_STDERR):
             node = short_name(line.host)
