@@ -144,6 +144,9 @@ def _scalar(loader: yaml.SafeLoader, node: yaml.Node, file: str, error: type[Rul
     except yaml.constructor.ConstructorError as exc:
         line = node.start_mark.line + 1
         raise error(f"invalid YAML value: {exc.problem}", Location(file, line)) from None
+    except ValueError as exc:  # e.g. an integer longer than Python converts (4,300 digits)
+        line = node.start_mark.line + 1
+        raise error(f"invalid YAML value: {exc}", Location(file, line)) from None
 
 
 def load_yaml_file(path: Path, *, error: type[RuleError] = YamlError) -> tuple[Any, LineMap]:

@@ -88,6 +88,9 @@ def check_expected(expected: Any) -> list[str]:
     term = expected.get("terminal_state")
     if term is not None and str(term) not in _TERMINALS:
         problems.append(f"unknown terminal_state {term!r}")
+    cause = expected.get("cause")
+    if cause is not None and not isinstance(cause, str):
+        problems.append("cause must be text (a rule id or prose)")
     causes = expected.get("acceptable_causes")
     if causes is not None and not (
         isinstance(causes, list) and all(isinstance(c, str) for c in causes)
@@ -95,8 +98,10 @@ def check_expected(expected: Any) -> list[str]:
         problems.append("acceptable_causes must be a list of rule ids")
     for key in ("responsible_nodes", "suspect_nodes"):
         nodes = expected.get(key)
-        if nodes is not None and not isinstance(nodes, list):
-            problems.append(f"{key} must be a list")
+        if nodes is not None and not (
+            isinstance(nodes, list) and all(isinstance(n, str) for n in nodes)
+        ):
+            problems.append(f"{key} must be a list of node names")
     return problems
 
 

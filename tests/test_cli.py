@@ -173,3 +173,26 @@ def test_backtest_scores_causes_and_counts_wrong_blame(tmp_path: Path) -> None:
     assert data["cause_accuracy"]["judged"] == 0
     shown = run("backtest", str(case)).output
     assert "wrong blame:" in shown
+
+
+def test_backtest_rejects_causes_and_nodes_of_the_wrong_type(tmp_path: Path) -> None:
+    """A cause that is not text, node lists that hold other things, and a number too long for
+    Python are one-line errors for that case; the other cases are still scored."""
+    import shutil
+
+    cases = tmp_path / "cases"
+    bodies = {
+        "list": "cause: [a, b]\n",
+        "nodes": "responsible_nodes: [[a, [b]], {x: 1}]\n",
+        "huge": "cause: " + "9" * 5000 + "\n",
+    }
+    for name, body in bodies.items():
+        shutil.copytree(CASES / "real-case11", cases / name)
+        (cases / name / "expected.yaml").write_text("sub_domain: hardware\n" + body)
+    shutil.copytree(CASES / "real-case07", cases / "good")
+    data = json.loads(run("backtest", "--json", str(cases)).output)
+    errors = {r["case"]: r["error"] for r in data["results"]}
+    assert "cause must be text" in errors["list"]
+    assert "must be a list of node names" in errors["nodes"]
+    assert "expected.yaml:2" in errors["huge"] and "\n" not in errors["huge"]
+    assert errors["good"] is None and data["errors"] == 3

@@ -257,3 +257,58 @@ def test_yaml_aliases_are_refused_before_they_expand(tmp_path: Path) -> None:
     with pytest.raises(YamlError) as info:
         load_yaml(bomb, "bomb.yaml")
     assert str(info.value).startswith("bomb.yaml:1: YAML aliases (*name) are not allowed")
+
+
+_DIAG = """schema: 1
+id: site-x
+kind: diagnosis
+version: 1
+title: a site rule
+description: a site rule for the test
+status: test
+severity: error
+priority: 10
+sub_domain: application
+when:
+  job:
+    signal: {signal}
+summary: a site rule
+"""
+_CORR = """schema: 1
+id: site-y
+kind: correlation
+version: 1
+title: a site rule
+description: a site rule for the test
+status: test
+severity: info
+op: {op}
+select:
+  event: [torch.watchdog_timeout]
+{extra}finding: site-y
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_DIAG.format(signal="x"), "signal must be a signal number"),
+        (_DIAG.format(signal="{in: [6, SIGSEGV]}"), "signal must be a signal number"),
+        (_DIAG.format(signal="-5"), "signal must be a signal number"),
+        (_CORR.format(op="outlier", extra="field: version\nsplit: 'yes'\n"), "valid boolean"),
+        (_CORR.format(op="vote", extra="field: peer\nsplit: true\n"), "split applies only"),
+        (_CORR.format(op="desync", extra="field: seq\n"), "takes no field"),
+    ],
+)
+def test_new_rule_keys_reject_wrong_values_with_file_and_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """The keys issue 10 added (a job's ending signal, an outlier's split, the desync op) are
+    checked like every other: one error naming the file and line, never a silent coercion."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "rule.yaml").write_text(text)
+    with pytest.raises(RuleErrors) as info:
+        load_ruleset([site])
+    shown = "\n".join(str(e) for e in info.value.errors)
+    assert message in shown and "rule.yaml:" in shown, shown

@@ -12,7 +12,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 from attribution.model import (
     STREAM_GROUPS,
@@ -298,7 +306,8 @@ class EventCondition(Selector):
     min_count: int = Field(default=1, ge=1)
     min_nodes: int = Field(default=1, ge=1)
     max_nodes: int | None = Field(default=None, ge=1)
-    min_ranks: int = Field(default=1, ge=1)  # distinct ranks among the events (unknown ranks: none)
+    # distinct ranks among the events (unknown ranks: none)
+    min_ranks: StrictInt = Field(default=1, ge=1, le=10_000_000)
 
 
 class FindingCondition(Strict):
@@ -327,6 +336,28 @@ class JobConditions(Strict):
     cancelled_by_owner: bool | None = None
     reason: Condition | None = None
     gpus: Condition | None = None  # GPUs allocated (gres_detail); unknown matches nothing
+
+    @field_validator("signal")
+    @classmethod
+    def _signal_numbers(cls, value: Condition | None) -> Condition | None:
+        """A signal is a number (1-64): ``11``, ``{in: [6, 11]}``, ``{gte: 1}``."""
+        if value is None:
+            return None
+        if isinstance(value, Ops):
+            numbers = [
+                *(value.in_ or []),
+                *(value.not_in or []),
+                *(v for v in (value.gte, value.lte, value.gt, value.lt) if v is not None),
+            ]
+            if value.contains is not None or value.matches is not None:
+                raise ValueError("signal is a number: use a number, in/not_in or a bound")
+        else:
+            numbers = [value]
+        for number in numbers:
+            whole = isinstance(number, int) or (isinstance(number, float) and number.is_integer())
+            if isinstance(number, bool | str) or not whole or not 1 <= number <= 64:
+                raise ValueError(f"signal must be a signal number 1-64, got {number!r}")
+        return value
 
 
 class When(Strict):
@@ -482,7 +513,7 @@ class CorrelationRule(Header):
     peer_kind: Literal["host", "rank"] = "host"  # what ``field`` names: a host/IP or a rank
     max_nodes: int = Field(default=1, ge=1)
     min_job_nodes: int = Field(default=2, ge=2)
-    split: bool = False  # outlier with field: a disagreement without a minority is a finding too
+    split: StrictBool = False  # outlier with field: a disagreement without a minority is a finding
     # result
     finding: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
     summary: str | None = None
@@ -511,6 +542,10 @@ class CorrelationRule(Header):
         missing = [name for name in need[self.op] if not getattr(self, name)]
         if missing:
             raise ValueError(f"op {self.op!r} needs: {', '.join(missing)}")
+        if self.split and (self.op != "outlier" or not self.field):
+            raise ValueError("split applies only to op 'outlier' with a field")
+        if self.field and self.op in ("desync", "straggler"):
+            raise ValueError(f"op {self.op!r} takes no field (it reads rank, seq and op)")
         return self
 
 
