@@ -379,7 +379,9 @@ def _verdict(
         diagnosed_at=diagnosed_at,
         gpu_errors=gpu_errors([e for e in active if e.standing is Standing.CAUSE]),
         suspects=suspects,
-        confidence=_confidence(job, outcome, passed, coverage, ownership or {}),
+        confidence=_capped(
+            outcome, passed, _confidence(job, outcome, passed, coverage, ownership or {})
+        ),
         ownership=dict(ownership or {}),
     )
 
@@ -407,16 +409,9 @@ _SLURM_ONLY = "Slurm's own record of the job (sacct)"
 _LEVELS = {"low": 0, "medium": 1, "high": 2}
 
 
-def _confidence(
-    job: JobRecord,
-    outcome: Outcome,
-    passed: bool,
-    coverage: Sequence[Coverage],
-    ownership: Mapping[str, Any],
-) -> Confidence:
-    """How far to trust the verdict, and why, in one line (docs/verdict.md): what the
-    evidence supports, capped by what the deciding rule declares it can know."""
-    found = _evidence_confidence(job, outcome, passed, coverage, ownership)
+def _capped(outcome: Outcome, passed: bool, found: Confidence) -> Confidence:
+    """The evidence's confidence (``found``), capped by what the deciding rule declares it can
+    know (a family rule's ``confidence: low``); the reason names both."""
     winner = outcome.winner
     if passed or winner is None or outcome.tied:
         return found
@@ -429,13 +424,14 @@ def _confidence(
     return Confidence(cap, f"{reason}; {found.reason}")
 
 
-def _evidence_confidence(
+def _confidence(
     job: JobRecord,
     outcome: Outcome,
     passed: bool,
     coverage: Sequence[Coverage],
     ownership: Mapping[str, Any],
 ) -> Confidence:
+    """How far the evidence lets us trust the verdict, and why, in one line (docs/verdict.md)."""
     winner = outcome.winner
     if passed:
         return Confidence("high", "Slurm recorded COMPLETED with exit code 0:0")

@@ -110,6 +110,15 @@ def event_values(event: Event) -> dict[str, Any]:
     return values
 
 
+def event_rank(event: Event) -> int | None:
+    """The global rank an event is about: the line's own rank, else a ``rank`` field."""
+    rank = event.rank if event.rank is not None else event.fields.get("rank")
+    try:
+        return None if rank is None else int(rank)
+    except (TypeError, ValueError):
+        return None
+
+
 def selects(selector: Selector, event: Event) -> bool:
     """Does ``selector`` pick ``event``?
 

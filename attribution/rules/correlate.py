@@ -9,13 +9,13 @@ root exists. Only events inside the job window (or untimed) take part.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from attribution.hostlist import compress, is_ip, short_name
 from attribution.model import Event, EventRole, Finding, JobRecord, Standing
-from attribution.rules.conditions import ROOT_ROLES, selects
+from attribution.rules.conditions import ROOT_ROLES, event_rank, selects
 from attribution.rules.schema import CorrelationRule, Selector
 from attribution.rules.template import render
 
@@ -316,19 +316,20 @@ def _vote(rule: CorrelationRule, events: Sequence[Event], identity: Identity) ->
     return findings
 
 
-def _straggler(rule: CorrelationRule, events: Sequence[Event], identity: Identity) -> list[Finding]:
+def _ranked(rule: CorrelationRule, events: Sequence[Event]) -> Iterator[tuple[Event, int]]:
+    """The events the rule selects whose rank is known, with that rank."""
     assert rule.select is not None
+    for event in events:
+        if selects(rule.select, event) and (rank := event_rank(event)) is not None:
+            yield event, rank
+
+
+def _straggler(rule: CorrelationRule, events: Sequence[Event], identity: Identity) -> list[Finding]:
     failing = -1
     enqueued: dict[int, int] = {}
     node_of: dict[int, str | None] = {}
     members: list[Event] = []
-    for event in events:
-        if not selects(rule.select, event):
-            continue
-        rank = event.rank if event.rank is not None else event.fields.get("rank")
-        if rank is None:
-            continue
-        rank = int(rank)
+    for event, rank in _ranked(rule, events):
         members.append(event)
         seq = event.fields.get("seq")
         if seq is not None:
@@ -364,24 +365,20 @@ def _desync(rule: CorrelationRule, events: Sequence[Event], identity: Identity) 
     ranks in the smallest group are named (the odd ones out), their nodes are the finding's.
     A rank reporting two collectives, or sequence numbers further apart than
     ``MAX_DESYNC_SPREAD``, means several process groups: no finding."""
-    assert rule.select is not None
     waiting: dict[int, tuple[int, str]] = {}
     node_of: dict[int, str | None] = {}
     members: list[Event] = []
-    for event in events:
-        if not selects(rule.select, event):
-            continue
-        rank = event.rank if event.rank is not None else event.fields.get("rank")
+    for event, rank in _ranked(rule, events):
         seq = event.fields.get("seq")
-        if rank is None or seq is None:
+        if seq is None:
             continue
         members.append(event)
         key = (int(seq), str(event.fields.get("op") or "").upper())
-        if waiting.setdefault(int(rank), key) != key:
+        if waiting.setdefault(rank, key) != key:
             # one rank timing out in several collectives: several process groups (whose
             # sequence numbers are their own) or a group-local rank number; no verdict
             return []
-        node_of.setdefault(int(rank), event.node or identity.rank_node.get(int(rank)))
+        node_of.setdefault(rank, event.node or identity.rank_node.get(rank))
     seqs = {seq for seq, _ in waiting.values()}
     if seqs and max(seqs) - min(seqs) > MAX_DESYNC_SPREAD:
         return []  # so far apart they count different process groups' collectives

@@ -42,6 +42,7 @@ from attribution.ownership import recording
 from attribution.rules.conditions import (
     check_all,
     ending_signal,
+    event_rank,
     job_matches,
     selects,
     signal_name,
@@ -138,11 +139,7 @@ def _event_condition(cond: EventCondition, events: Sequence[Event]) -> list[Even
     if cond.max_nodes is not None and len(nodes) > cond.max_nodes:
         return None
     if cond.min_ranks > 1:
-        ranks = {
-            r
-            for e in chosen
-            if (r := e.rank if e.rank is not None else e.fields.get("rank")) is not None
-        }
+        ranks = {r for e in chosen if (r := event_rank(e)) is not None}
         if len(ranks) < cond.min_ranks:
             return None
     return chosen
