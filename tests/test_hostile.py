@@ -223,3 +223,47 @@ def test_host_lists_in_slurm_lines_never_crash_and_name_no_single_node(tmp_path:
     assert verdict["responsible"] == []
     shown = CliRunner().invoke(main, ["diagnose", str(bundle)])
     assert shown.exit_code == 0 and "c013,c014,c023,c024" in shown.output
+
+
+def test_slow_user_lines_do_not_switch_an_extractor_off_for_trusted_logs(tmp_path: Path) -> None:
+    """An extractor that runs out of time on 20 lines is given up, but the lines users can
+    write (syslog here) and the trusted ones (the kernel log) keep separate budgets: a user's
+    slow lines on one node must not hide another node's kernel line (a breaker's finding)."""
+    site = tmp_path / "rules"
+    site.mkdir()
+    (site / "site-slow.yaml").write_text(
+        "schema: 1\nid: site-slow\nkind: extractor\nversion: 1\ntitle: a slow site pattern\n"
+        "description: backtracks badly on long runs of a\nstatus: test\nseverity: error\n"
+        "streams: [kernel, syslog]\nmatch:\n  contains: [aaaa, TARGET]\n"
+        "  regex: '^(?:(?:a|aa)+$|TARGET)'\nemit:\n  event: site.target\n  scope: node\n"
+        "  role: root\n  label: the target\n"
+    )
+    (site / "site-target.yaml").write_text(
+        "schema: 1\nid: site-target\nkind: diagnosis\nversion: 1\ntitle: the site target\n"
+        "description: the kernel line was read\nstatus: test\nseverity: error\npriority: 99\n"
+        "sub_domain: hardware\nwhen:\n  any:\n  - event: [site.target]\nsummary: read it\n"
+    )
+    bundle = tmp_path / "b"
+    for node in ("n1", "n2"):
+        (bundle / "nodes" / node).mkdir(parents=True)
+    (bundle / "job.json").write_text(
+        json.dumps(
+            {
+                "job_id": "9",
+                "state": "FAILED",
+                "exit_code": "1:0",
+                "nodes": "n[1-2]",
+                "start": "2026-01-01T10:00:00",
+                "end": "2026-01-01T11:00:00",
+            }
+        )
+    )
+    slow = "".join(f"Jan  1 10:{i:02d}:00 n1 app: {'a' * 60}b\n" for i in range(25))
+    (bundle / "nodes" / "n1" / "syslog.log").write_text(slow)
+    (bundle / "nodes" / "n2" / "kernel.log").write_text(
+        "2026-01-01T10:30:00+00:00 n2 kernel: TARGET\n"
+    )
+    result = CliRunner().invoke(main, ["diagnose", "--json", "--rules", str(site), str(bundle)])
+    assert result.exit_code == 0, result.output
+    verdict = json.loads(result.output)
+    assert verdict["cause"]["id"] == "site-target", verdict["summary"]

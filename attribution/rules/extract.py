@@ -29,8 +29,8 @@ from attribution.timeutil import parse_iso
 MAX_TEXT = 600
 REGEX_BUDGET = 0.25  # seconds one extractor's regex may spend on one line
 _UNSEEN = object()
-MAX_RULE_TIMEOUTS = 20  # lines one extractor may run out of time on, per stream and node, before
-# it is given up there (5 s)
+MAX_RULE_TIMEOUTS = 20  # lines one extractor may run out of time on before it is given up (5 s),
+# counted apart for the streams users can write and the trusted ones
 _NCCL_INFO = "NCCL INFO "
 _SIZE = re.compile(r"\d+(?:\.\d+)?\s*(?:[KMGTPE]i?B?|B|bytes?)?", re.IGNORECASE)
 _ROLE_VALUES = frozenset(r.value for r in EventRole)
@@ -126,9 +126,9 @@ class Extractor:
         self._order = {ex.id: i for i, ex in enumerate(ruleset.extractors)}
         self._by_index = list(ruleset.extractors)
         self.timeouts: dict[tuple[Stream, str | None, str], int] = defaultdict(int)
-        # per (extractor, stream, node): a user's lines in one stream must not use up the
-        # budget of a trusted stream or of another node
-        self._timeouts_by_rule: dict[tuple[str, Stream, str | None], int] = defaultdict(int)
+        # per extractor, apart for the streams users can write and those they cannot: a user's
+        # slow lines must not use up the budget of a trusted log (nor grow with the node count)
+        self._timeouts_by_rule: dict[tuple[str, bool], int] = defaultdict(int)
         # the regex result per (extractor, message text): a job repeats its messages (a million
         # ranks print the same NCCL error), and a match object can be read again
         self._matches: dict[tuple[str, str], Any] = {}
@@ -173,7 +173,8 @@ class Extractor:
             allowed = ex.rule.match.ident
             if allowed and line.ident not in allowed and (line.ident or ex.synthetic_only):
                 continue  # e.g. "NVRM: Xid ..." written to syslog by a user's logger
-            if self._timeouts_by_rule[(ex.id, line.stream, line.node)] >= MAX_RULE_TIMEOUTS:
+            budget = (ex.id, _DEFAULT_TRUSTED.get(line.stream, False))
+            if self._timeouts_by_rule[budget] >= MAX_RULE_TIMEOUTS:
                 self.timeouts[(line.stream, line.node, ex.id)] += 1  # given up on for this job
                 continue
             text = line.text
@@ -190,7 +191,7 @@ class Extractor:
                 except TimeoutError:
                     # a pattern that backtracks badly on this line: skip it, say so in coverage
                     self.timeouts[(line.stream, line.node, ex.id)] += 1
-                    self._timeouts_by_rule[(ex.id, line.stream, line.node)] += 1
+                    self._timeouts_by_rule[budget] += 1
                     continue
                 if len(text) <= 512:  # a match keeps its text alive: short messages only
                     if len(self._matches) >= 4096:
