@@ -407,6 +407,7 @@ _SLURM_ONLY = "Slurm's own record of the job (sacct)"
 
 
 _LEVELS = {"low": 0, "medium": 1, "high": 2}
+_NODE_SIDE = frozenset({SubDomain.HARDWARE, SubDomain.SYSTEM_SOFTWARE, SubDomain.INFRASTRUCTURE})
 
 
 def _capped(outcome: Outcome, passed: bool, found: Confidence) -> Confidence:
@@ -421,7 +422,10 @@ def _capped(outcome: Outcome, passed: bool, found: Confidence) -> Confidence:
     reason = winner.rule.confidence_reason or (
         "a family rule: it knows this kind of message, not this message"
     )
-    return Confidence(cap, f"{reason}; {found.reason}")
+    return Confidence(
+        cap,
+        f"{reason} (a guess from the family; the evidence alone: {found.level}, {found.reason})",
+    )
 
 
 def _confidence(
@@ -474,6 +478,12 @@ def _confidence(
             "medium",
             f"from the job's own output; the kernel log of {compress(unread)} was not read, so"
             " a node fault underneath cannot be ruled out",
+        )
+    if winner.rule.sub_domain in _NODE_SIDE and not trusted:
+        return Confidence(
+            "medium",
+            "from the job's own output only: it points at the system, and no log users cannot"
+            " write says so",
         )
     where = ", ".join(sorted({e.stream.value for e in evidence}))
     return Confidence("high", f"the evidence ({where}) points one way")
