@@ -259,14 +259,17 @@ def test_yaml_aliases_are_refused_before_they_expand(tmp_path: Path) -> None:
     assert str(info.value).startswith("bomb.yaml:1: YAML aliases (*name) are not allowed")
 
 
-_DIAG = """schema: 1
-id: site-x
-kind: diagnosis
+_HEAD = """schema: 1
+id: site-{kind}
+kind: {kind}
 version: 1
 title: a site rule
 description: a site rule for the test
 status: test
-severity: error
+"""
+_DIAG = (
+    _HEAD.replace("{kind}", "diagnosis")
+    + """severity: error
 priority: 10
 sub_domain: application
 when:
@@ -274,19 +277,16 @@ when:
     signal: {signal}
 summary: a site rule
 """
-_CORR = """schema: 1
-id: site-y
-kind: correlation
-version: 1
-title: a site rule
-description: a site rule for the test
-status: test
-severity: info
+)
+_CORR = (
+    _HEAD.replace("{kind}", "correlation")
+    + """severity: info
 op: {op}
 select:
   event: [torch.watchdog_timeout]
 {extra}finding: site-y
 """
+)
 
 
 @pytest.mark.parametrize(
