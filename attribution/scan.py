@@ -207,15 +207,18 @@ def reading_plan(ruleset: RuleSet, engine: str | None = None) -> Plan:
             for lit in ex.literals
         }
         selectors[stream] = LiteralScanner(literals, engine)
-        notable[stream] = LiteralScanner(
-            {
-                Literal(lit.encode("utf-8"), ex.rule.match.ignore_case)
-                for ex in chosen
-                if not ex.rule.match.progress
-                for lit in ex.literals
-            },
-            engine,
-        )
+        if any(ex.rule.match.progress for ex in chosen):  # else the same literals: reuse it
+            notable[stream] = LiteralScanner(
+                {
+                    Literal(lit.encode("utf-8"), ex.rule.match.ignore_case)
+                    for ex in chosen
+                    if not ex.rule.match.progress
+                    for lit in ex.literals
+                },
+                engine,
+            )
+        else:
+            notable[stream] = selectors[stream]
         follow[stream] = max((ex.rule.match.continuation for ex in chosen), default=0)
     return selectors, follow, notable
 
