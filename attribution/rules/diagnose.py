@@ -401,13 +401,14 @@ def _values(
     job: JobRecord,
     responsible: tuple[Responsible, ...],
 ) -> dict[str, Any]:
+    signal = ending_signal(job)
     values: dict[str, Any] = {
         "job_id": job.display_id,
         "state": job.state,
         "exit_code": job.exit_code,
         "user": job.user,
-        "signal": ending_signal(job),
-        "signal_name": signal_name(ending_signal(job)),
+        "signal": signal,
+        "signal_name": signal_name(signal),
     }
     if rep is not None:
         values.update(rep.fields)
