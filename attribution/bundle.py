@@ -30,7 +30,8 @@ from typing import Any
 
 from attribution._yaml import load_yaml_file
 from attribution.analyze import AnalysisOptions, analyze, read_window
-from attribution.errors import BundleError, Location, RuleError
+from attribution.backtest import Report, error_result, score_case
+from attribution.errors import AttributionError, BundleError, Location, RuleError
 from attribution.history import PriorGpuError, read_history_file
 from attribution.jobrecord import job_from_dict
 from attribution.model import JobRecord, Stream, Trust, Verdict
@@ -437,3 +438,24 @@ def diagnose_bundle(
         history=bundle.history if history is None else history,
     )
     return bundle, verdict
+
+
+def score_bundles(paths: Sequence[Path], ruleset: RuleSet) -> Report:
+    """Diagnose each bundle and score it against its ``expected.yaml`` (``sattr backtest``).
+
+    A cause is scored when it names one of ``ruleset``'s diagnosis rules. A bundle that cannot
+    be read or scored is an error result with a one-line reason; the others are still scored.
+    """
+    report = Report()
+    known = {d.id for d in ruleset.diagnoses}
+    for path in paths:
+        try:
+            expected = read_expected(path / "expected.yaml") or {}
+            _, verdict = diagnose_bundle(path, ruleset)
+            report.cases.append(score_case(path.name, str(path), expected, verdict, known))
+        except (AttributionError, ValueError) as exc:
+            report.cases.append(error_result(path.name, str(path), None, str(exc)))
+        except Exception as exc:  # one broken case must not lose the others' results
+            message = f"internal error ({type(exc).__name__}: {exc}); please report it"
+            report.cases.append(error_result(path.name, str(path), None, message))
+    return report

@@ -166,8 +166,8 @@ def backtest(
     dirs: tuple[str, ...], as_json: bool, fail_under: float | None, rule_dirs: tuple[str, ...]
 ) -> None:
     """Score every bundle under DIRS that has an expected.yaml."""
-    from attribution.backtest import Report, error_result, find_cases, score_case
-    from attribution.bundle import diagnose_bundle, read_expected
+    from attribution.backtest import find_cases
+    from attribution.bundle import score_bundles
     from attribution.render import backtest_view
 
     ruleset = _load_rules(rule_dirs)
@@ -177,18 +177,7 @@ def backtest(
     cases = find_cases(dirs)
     if not cases:
         fail("no bundles with an expected.yaml under " + ", ".join(dirs))
-    report = Report()
-    known = {d.id for d in ruleset.diagnoses}
-    for path in cases:
-        try:
-            expected = read_expected(path / "expected.yaml") or {}
-            _, verdict = diagnose_bundle(path, ruleset)
-            report.cases.append(score_case(path.name, str(path), expected, verdict, known))
-        except (AttributionError, ValueError) as exc:
-            report.cases.append(error_result(path.name, str(path), None, str(exc)))
-        except Exception as exc:  # one broken case must not lose the others' results
-            message = f"internal error ({type(exc).__name__}: {exc}); please report it"
-            report.cases.append(error_result(path.name, str(path), None, message))
+    report = score_bundles(cases, ruleset)
     if as_json:
         _emit_json(report.to_dict())
     else:

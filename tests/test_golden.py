@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from attribution.backtest import ENGINE_CAUSES, Report, score_case
-from attribution.bundle import diagnose_bundle, read_expected
+from attribution.backtest import ENGINE_CAUSES, score_case
+from attribution.bundle import diagnose_bundle, read_expected, score_bundles
 from attribution.model import verdict_to_dict
 from attribution.rules.loader import RuleSet
 
@@ -41,14 +41,13 @@ def test_every_answer_names_a_rule_and_blame_is_never_wrong(ruleset: RuleSet) ->
     suite no verdict blames a node the answer does not, or moves blame across the line
     between the job and the system, and at least 98 % of causes are the expected rule."""
     known = {d.id for d in ruleset.diagnoses} | ENGINE_CAUSES
-    report = Report()
     for bundle in BUNDLES:
         expected = read_expected(bundle / "expected.yaml")
         assert expected is not None
         for cause in [expected.get("cause"), *(expected.get("acceptable_causes") or [])]:
             assert cause in known, f"{bundle.name}: cause {cause!r} names no diagnosis rule"
-        _, verdict = diagnose_bundle(bundle, ruleset)
-        report.cases.append(score_case(bundle.name, str(bundle), expected, verdict, known))
+    report = score_bundles(BUNDLES, ruleset)
+    assert [c.error for c in report.cases if c.error] == []
     assert report.blame_counts() == dict.fromkeys(report.blame_counts(), 0), [
         (c.name, c.blame) for c in report.cases if c.blame
     ]
