@@ -39,10 +39,10 @@ from attribution.model import (
     Verdict,
 )
 from attribution.ownership import assess
+from attribution.rules.compiled import RuleSet
 from attribution.rules.correlate import build_identity, correlate
 from attribution.rules.diagnose import Candidate, Outcome, diagnose
 from attribution.rules.extract import EventCollector, Extractor, iter_with_following
-from attribution.rules.loader import RuleSet
 from attribution.timeutil import zone
 
 ENGINE_VERSION = __version__

@@ -35,7 +35,7 @@ from attribution.errors import AttributionError, BundleError, Location, RuleErro
 from attribution.history import PriorGpuError, read_history_file
 from attribution.jobrecord import job_from_dict
 from attribution.model import JobRecord, Stream, Trust, Verdict
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.scan import read_context
 from attribution.sources import (
     SourceSpec,

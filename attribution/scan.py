@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from attribution.model import JobRecord, Stream
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.sources import ReadContext
 from attribution.timeutil import zone
 

@@ -33,7 +33,8 @@ from attribution.config import Config
 from attribution.errors import AttributionError, SpoolError, StoreError
 from attribution.history import DEFAULT_DAYS, PriorGpuError, priors_from_verdict_rows
 from attribution.model import JobRecord, Verdict
-from attribution.rules.loader import RuleSet, load_ruleset
+from attribution.rules.compiled import RuleSet
+from attribution.rules.loader import load_ruleset
 from attribution.scan import read_context
 from attribution.slurm import JobRef, NotReady, SlurmBackend, make_backend
 from attribution.slurm.admincomment import format_admin_comment, is_own_comment, plan_comment

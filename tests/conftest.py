@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from attribution.rules.loader import RuleSet, load_ruleset
+from attribution.rules.compiled import RuleSet
+from attribution.rules.loader import load_ruleset
 
 TESTS = Path(__file__).resolve().parent
 CASES = TESTS / "cases"

@@ -17,7 +17,8 @@ from attribution.model import (
     TerminalState,
     verdict_to_dict,
 )
-from attribution.rules.loader import RuleSet, load_ruleset
+from attribution.rules.compiled import RuleSet
+from attribution.rules.loader import load_ruleset
 from attribution.sources.prefix import parse_prefix
 
 T0 = datetime(2025, 6, 1, 10, 0, tzinfo=UTC)

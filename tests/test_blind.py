@@ -13,7 +13,7 @@ import pytest
 
 from attribution.backtest import find_cases
 from attribution.bundle import score_bundles
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 
 BLIND = Path(__file__).parent / "blind"
 

@@ -23,7 +23,7 @@ from attribution.cli import main
 from attribution.config import Config
 from attribution.errors import BundleError
 from attribution.model import JobRecord, OtherJob, Verdict
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.sources.reader import zstd
 from attribution.worker import Worker
 

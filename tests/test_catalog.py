@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from attribution.model import Stream
+from attribution.rules.compiled import RuleSet
 from attribution.rules.examples import example_lines
 from attribution.rules.extract import Extractor
-from attribution.rules.loader import RuleSet
 
 from .conftest import FIXTURES
 

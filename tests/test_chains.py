@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from attribution.bundle import diagnose_bundle
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.simulate import load_scenarios, write_bundle
 
 from .conftest import CASES, TESTS

@@ -10,7 +10,7 @@ import pytest
 from attribution.backtest import ENGINE_CAUSES, score_case
 from attribution.bundle import diagnose_bundle, read_expected, score_bundles
 from attribution.model import verdict_to_dict
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 
 from .conftest import CASES
 

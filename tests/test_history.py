@@ -11,7 +11,7 @@ from attribution.bundle import diagnose_bundle, load_bundle
 from attribution.errors import BundleError
 from attribution.history import priors_from_verdict_rows
 from attribution.model import SubDomain
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.store import Store
 
 from .conftest import CASES

@@ -17,7 +17,7 @@ from attribution.bundle import diagnose_bundle, load_bundle
 from attribution.cli import main
 from attribution.errors import BundleError
 from attribution.model import SubDomain, verdict_to_dict
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 
 JOB = {
     "cluster": "c1",

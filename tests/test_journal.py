@@ -16,7 +16,7 @@ import pytest
 
 from attribution.bundle import diagnose_bundle
 from attribution.model import Stream, SubDomain
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.sources import ReadContext
 from attribution.sources.journal import JournalReader, journal_specs
 

@@ -10,7 +10,7 @@ import pytest
 from attribution.analyze import analyze
 from attribution.jobrecord import job_from_dict
 from attribution.model import Stream, SubDomain
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.sources import ReadContext, SourceSpec, read_sources
 
 from .conftest import FIXTURES

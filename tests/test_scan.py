@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from attribution.bundle import diagnose_bundle
 from attribution.model import verdict_to_dict
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.scan import Literal, LiteralScanner, available_engines
 
 from .conftest import CASES

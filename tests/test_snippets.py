@@ -8,7 +8,7 @@ import pytest
 from attribution.analyze import analyze
 from attribution.jobrecord import job_from_dict
 from attribution.model import LogLine, SourceRef, Stream
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.sources.prefix import parse_prefix
 
 APP, HW, SW, INFRA, AMB, UNATTR = (

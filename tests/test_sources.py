@@ -11,7 +11,7 @@ from backports import zstd
 from attribution.bundle import load_bundle
 from attribution.jobrecord import job_from_dict
 from attribution.model import CoverageStatus, Stream
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.scan import read_context
 from attribution.sources import (
     ReadContext,

@@ -18,7 +18,7 @@ from attribution.bundle import diagnose_bundle
 from attribution.cli import main
 from attribution.errors import BundleError
 from attribution.model import SubDomain, Verdict
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 
 CASES = Path(__file__).parent / "cases"
 XID79 = "NVRM: Xid (PCI:{bus}): 79, pid=61001, name=python, GPU has fallen off the bus."

@@ -27,11 +27,11 @@ from attribution.model import (
     Stream,
     Trust,
 )
+from attribution.rules.compiled import CompiledExtractor, RuleSet
 from attribution.rules.conditions import check
 from attribution.rules.correlate import build_identity, correlate
 from attribution.rules.diagnose import diagnose
 from attribution.rules.extract import Extractor, during
-from attribution.rules.loader import CompiledExtractor, RuleSet
 from attribution.rules.schema import (
     CorrelationRule,
     DiagnosisRule,

@@ -21,7 +21,7 @@ from humanfriendly import InvalidSize, parse_size
 
 from attribution.hostlist import HostlistError, expand, short_name
 from attribution.model import DEFAULT_TRUST, Event, EventRole, LogLine, Severity, Stream, Trust
-from attribution.rules.loader import CompiledExtractor, RuleSet
+from attribution.rules.compiled import CompiledExtractor, RuleSet
 from attribution.rules.schema import FieldSpec
 from attribution.rules.template import placeholders, render
 from attribution.timeutil import parse_iso

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from attribution.errors import Location
 from attribution.model import NODE_STREAMS, RuleStatus, Stream
-from attribution.rules.loader import CompiledExtractor, RuleSet
+from attribution.rules.compiled import CompiledExtractor, RuleSet
 from attribution.rules.schema import (
     CorrelationRule,
     DiagnosisRule,

@@ -12,7 +12,7 @@ import pytest
 from attribution.config import Config
 from attribution.errors import SlurmError
 from attribution.model import JobRecord
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.slurm import JobRef, NotReady
 from attribution.slurm.hookenv import format_entry
 from attribution.store import Store

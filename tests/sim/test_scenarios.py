@@ -16,7 +16,7 @@ import pytest
 
 from attribution.backtest import score_case
 from attribution.bundle import diagnose_bundle
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.simulate import CHAINS, Scenario, expand_hostlist, load_scenarios, write_bundle
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from attribution.bundle import diagnose_bundle
 from attribution.cli import main
 from attribution.model import CoverageStatus, Stream
-from attribution.rules.loader import RuleSet
+from attribution.rules.compiled import RuleSet
 from attribution.simulate import (
     CHAINS,
     FaultSpec,

@@ -18,7 +18,8 @@ import pytest
 
 from attribution.backtest import CaseResult, Report, score_case
 from attribution.bundle import diagnose_bundle
-from attribution.rules.loader import RuleSet, load_ruleset
+from attribution.rules.compiled import RuleSet
+from attribution.rules.loader import load_ruleset
 from attribution.simulate import Scenario, expand_hostlist, sweep, write_bundle
 
 SWEEP_SIZE = 200
