@@ -376,8 +376,8 @@ def _open_store(path: Path) -> Any:
 def _show_from_sacct(job: str, viewer: Viewer, store_problem: str, as_json: bool) -> None:
     """Fallback for users who cannot read the store: the AdminComment line from sacct."""
     from attribution.errors import SlurmError
-    from attribution.slurm import JobRef
     from attribution.slurm.admincomment import parse_admin_comment
+    from attribution.slurm.backend import JobRef
     from attribution.slurm.cli import CliBackend
 
     try:
@@ -663,7 +663,8 @@ def enqueue(jobs: tuple[str, ...], config_path: str | None, retry_failed: bool) 
     An entry the hook wrote earlier (still in done/ or failed/) is reused, so
     the job's original output paths are kept.
     """
-    from attribution.slurm import JobRef, make_backend
+    from attribution.slurm.backend import JobRef
+    from attribution.slurm.factory import make_backend
     from attribution.slurm.hookenv import format_entry
     from attribution.spool import read_spool_file
     from attribution.worker import make_spool
@@ -845,7 +846,8 @@ def _bundle_job(job: str, config: Any, store_path: Path) -> Any:
     ownership facts the worker adds)."""
     from attribution.analyze import AnalysisOptions, job_window
     from attribution.collect import ownership_facts
-    from attribution.slurm import JobRef, make_backend
+    from attribution.slurm.backend import JobRef
+    from attribution.slurm.factory import make_backend
     from attribution.verdictjson import verdict_from_dict
 
     if store_path.is_file():

@@ -46,7 +46,7 @@ from attribution.sources.journal import journal_specs
 from attribution.sources.reader import GZIP_MAGIC, ZSTD_MAGIC
 
 if TYPE_CHECKING:
-    from attribution.slurm import SlurmBackend
+    from attribution.slurm.backend import SlurmBackend
 
 log = logging.getLogger("attribution.collect")
 

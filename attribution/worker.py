@@ -36,8 +36,9 @@ from attribution.model import JobRecord, Verdict
 from attribution.rules.compiled import RuleSet
 from attribution.rules.loader import load_ruleset
 from attribution.scan import read_context
-from attribution.slurm import JobRef, NotReady, SlurmBackend, make_backend
 from attribution.slurm.admincomment import format_admin_comment, is_own_comment, plan_comment
+from attribution.slurm.backend import JobRef, NotReady, SlurmBackend
+from attribution.slurm.factory import make_backend
 from attribution.slurm.hookenv import parse_entry
 from attribution.slurm.resolve import with_allocation
 from attribution.sources import read_sources

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from attribution.errors import SlurmError
 from attribution.hostlist import HostlistError, expand
 from attribution.model import JobRecord, OtherJob
-from attribution.slurm import FINAL_STATES, CommentField, JobRef, NotReady
+from attribution.slurm.backend import FINAL_STATES, CommentField, JobRef, NotReady
 from attribution.slurm.parse import (
     NODE_GRES,
     group_steps,

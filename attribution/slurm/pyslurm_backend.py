@@ -19,7 +19,7 @@ from typing import Any
 
 from attribution.errors import SlurmError
 from attribution.model import JobRecord, OtherJob
-from attribution.slurm import FINAL_STATES, CommentField, JobRef, NotReady
+from attribution.slurm.backend import FINAL_STATES, CommentField, JobRef, NotReady
 from attribution.slurm.cli import CliBackend
 from attribution.slurm.parse import SacctRecord
 from attribution.slurm.resolve import build_job_record

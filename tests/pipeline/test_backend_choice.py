@@ -9,8 +9,8 @@ import pytest
 
 from attribution.config import SlurmSettings
 from attribution.errors import SlurmError
-from attribution.slurm import make_backend
 from attribution.slurm.cli import CliBackend, Completed
+from attribution.slurm.factory import make_backend
 from attribution.slurm.pyslurm_backend import pyslurm_usable
 
 

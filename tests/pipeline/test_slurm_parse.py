@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from attribution.slurm import JobRef
+from attribution.slurm.backend import JobRef
 from attribution.slurm.parse import (
     NO_VAL,
     PatternFields,
@@ -183,7 +183,7 @@ def test_a_job_name_cannot_forge_the_record_or_the_owner() -> None:
     owner the worker uses (adversarial review)."""
     from collections.abc import Mapping, Sequence
 
-    from attribution.slurm import JobRef
+    from attribution.slurm.backend import JobRef
     from attribution.slurm.cli import DELIMITER, CliBackend, Completed
     from attribution.slurm.parse import parse_scontrol
 

@@ -230,7 +230,7 @@ def test_links_and_junk_planted_by_slurm_user_are_not_followed(spool_dir: Path) 
 def test_an_epoch_of_unicode_digits_is_not_a_crash() -> None:
     """'²'.isdigit() is True but float('²') fails: header numbers must be ASCII decimals."""
     from attribution.errors import SlurmError
-    from attribution.slurm import JobRef
+    from attribution.slurm.backend import JobRef
     from attribution.slurm.hookenv import parse_entry
 
     text = "# attribution-spool 1 key=c_1_0 pid=1 epoch=\u00b2\nexport SLURM_JOB_ID='1'\n"

@@ -13,7 +13,7 @@ from attribution.config import Config
 from attribution.errors import SlurmError
 from attribution.model import JobRecord
 from attribution.rules.compiled import RuleSet
-from attribution.slurm import JobRef, NotReady
+from attribution.slurm.backend import JobRef, NotReady
 from attribution.slurm.hookenv import format_entry
 from attribution.store import Store
 from attribution.worker import Worker, make_spool

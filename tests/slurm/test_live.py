@@ -403,7 +403,7 @@ def run_as(user: str, args: list[str]) -> tuple[int, str]:
         "attribution.store",
         "attribution.render",
         "attribution.verdictjson",
-        "attribution.slurm",
+        "attribution.slurm.backend",
         "attribution.slurm.cli",
         "attribution.slurm.admincomment",
         "attribution.timeutil",

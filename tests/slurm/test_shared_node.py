@@ -268,7 +268,7 @@ def test_an_ended_jobs_gpus_are_unknown_without_the_start_record(shared: SharedN
     job record then leaves a GPU job's GRES unknown (ownership says not checked) rather than
     reading it as "no GPUs", and keeps "no GPUs" for a job whose TRES counts none."""
     from attribution.ownership import assess
-    from attribution.slurm import JobRef
+    from attribution.slurm.backend import JobRef
     from attribution.slurm.cli import CliBackend
 
     node = shared.cluster.node
