@@ -32,7 +32,8 @@ from attribution._yaml import load_yaml_file
 from attribution.analyze import AnalysisOptions, analyze, read_window
 from attribution.backtest import Report, error_result, score_case
 from attribution.errors import AttributionError, BundleError, Location, RuleError
-from attribution.history import PriorGpuError, read_history_file
+from attribution.history import PriorGpuError
+from attribution.historyfile import read_history_file
 from attribution.jobrecord import job_from_dict
 from attribution.model import JobRecord, Stream, Trust, Verdict
 from attribution.rules.compiled import RuleSet

@@ -26,7 +26,6 @@ import re
 import secrets
 import shutil
 import stat
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -63,7 +62,7 @@ from attribution.sources import (
     file_stem,
     job_stream_for,
 )
-from attribution.sources.journal import journalctl
+from attribution.sources.journal import journalctl, journalctl_window_lines
 from attribution.sources.reader import DECODE_ERRORS, open_log
 from attribution.timeutil import zone
 
@@ -300,43 +299,7 @@ def _journal_lines(
                         yield raw
         return
     assert tool is not None
-    files = [f"--file={p}" for p in paths]
-    base = [tool, "--no-pager", "-q", "--all", "-o", "json", *files]
-    env = {"LC_ALL": "C", "PATH": "/usr/bin:/bin"}
-    runs: list[list[str]] = []
-    if lo is not None:
-        runs.append([*base, "--reverse", "-n", "1", f"--until=@{int(lo.timestamp())}"])
-    window = [*base]
-    if lo is not None:
-        window.append(f"--since=@{int(lo.timestamp())}")
-    if hi is not None:
-        window.append(f"--until=@{int(hi.timestamp()) + 1}")
-    runs.append(window)
-    for argv in runs:
-        yield from _output_lines(argv, env)
-    if hi is not None:  # the first entry after the window: stop journalctl once it is read
-        yield from _output_lines([*base, f"--since=@{int(hi.timestamp()) + 1}"], env, limit=1)
-
-
-def _output_lines(
-    argv: list[str], env: dict[str, str], limit: int | None = None
-) -> Iterator[bytes]:
-    """The non-empty lines a command prints, streamed (a journal window may be large); with
-    ``limit``, the command is stopped after that many."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    assert proc.stdout is not None
-    count = 0
-    try:
-        for raw in proc.stdout:
-            if raw.strip():
-                yield raw.rstrip(b"\n")
-                count += 1
-                if limit is not None and count >= limit:
-                    break
-    finally:
-        proc.kill()
-        proc.stdout.close()
-        proc.wait()
+    yield from journalctl_window_lines(paths, tool, lo, hi)
 
 
 # --------------------------------------------------------------------------- staging

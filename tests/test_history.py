@@ -87,7 +87,7 @@ def test_bad_history_file_names_file_and_line(
 
 
 def test_an_oversized_history_file_is_refused_before_parsing(tmp_path: Path) -> None:
-    from attribution.history import MAX_HISTORY_BYTES, read_history_file
+    from attribution.historyfile import MAX_HISTORY_BYTES, read_history_file
 
     path = tmp_path / "history.yaml"
     with path.open("wb") as fh:  # sparse: no need to write the bytes

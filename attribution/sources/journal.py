@@ -338,3 +338,49 @@ def journal_specs(
 
 
 __all__ = ["JournalReader", "is_journal_file", "journal_specs", "journalctl"]
+
+
+def journalctl_window_lines(
+    paths: list[Path], tool: str, lo: datetime | None, hi: datetime | None
+) -> Iterator[bytes]:
+    """The JSON entries (one per line, as journalctl prints them) of binary journal files
+    around a window: the last entry before ``lo``, every entry from ``lo`` to ``hi``, and the
+    first entry after ``hi`` (so a reader can tell the journal kept recording past the job).
+    ``sattr capture`` copies these into a bundle."""
+    files = [f"--file={p}" for p in paths]
+    base = [tool, "--no-pager", "-q", "--all", "-o", "json", *files]
+    env = {"LC_ALL": "C", "PATH": "/usr/bin:/bin"}
+    runs: list[list[str]] = []
+    if lo is not None:
+        runs.append([*base, "--reverse", "-n", "1", f"--until=@{int(lo.timestamp())}"])
+    window = [*base]
+    if lo is not None:
+        window.append(f"--since=@{int(lo.timestamp())}")
+    if hi is not None:
+        window.append(f"--until=@{int(hi.timestamp()) + 1}")
+    runs.append(window)
+    for argv in runs:
+        yield from _command_lines(argv, env)
+    if hi is not None:  # the first entry after the window: stop journalctl once it is read
+        yield from _command_lines([*base, f"--since=@{int(hi.timestamp()) + 1}"], env, limit=1)
+
+
+def _command_lines(
+    argv: list[str], env: dict[str, str], limit: int | None = None
+) -> Iterator[bytes]:
+    """The non-empty lines a command prints, streamed (a journal window may be large); with
+    ``limit``, the command is stopped after that many."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    assert proc.stdout is not None
+    count = 0
+    try:
+        for raw in proc.stdout:
+            if raw.strip():
+                yield raw.rstrip(b"\n")
+                count += 1
+                if limit is not None and count >= limit:
+                    break
+    finally:
+        proc.kill()
+        proc.stdout.close()
+        proc.wait()
