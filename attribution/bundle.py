@@ -38,14 +38,10 @@ from attribution.jobrecord import job_from_dict
 from attribution.model import JobRecord, Stream, Trust, Verdict
 from attribution.rules.compiled import RuleSet
 from attribution.scan import read_context
-from attribution.sources import (
-    SourceSpec,
-    file_stem,
-    job_stream_for,
-    node_stream_for,
-    read_sources,
-)
 from attribution.sources.journal import is_journal_file, journal_specs
+from attribution.sources.readahead import read_sources
+from attribution.sources.specs import SourceSpec
+from attribution.sources.streams import file_stem, job_stream_for, node_stream_for
 
 # Streams every job node is expected to have; absent ones get a "missing" coverage entry.
 EXPECTED_NODE_STREAMS = (Stream.KERNEL, Stream.SYSLOG, Stream.FABRICMANAGER)

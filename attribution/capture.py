@@ -54,16 +54,11 @@ from attribution.model import (
     TerminalState,
     Trust,
 )
-from attribution.sources import (
-    NODE_FILE_STREAMS,
-    ReadContext,
-    SourceReader,
-    SourceSpec,
-    file_stem,
-    job_stream_for,
-)
 from attribution.sources.journal import journalctl, journalctl_window_lines
 from attribution.sources.reader import DECODE_ERRORS, open_log
+from attribution.sources.specs import ReadContext, SourceSpec
+from attribution.sources.streams import NODE_FILE_STREAMS, file_stem, job_stream_for
+from attribution.sources.textlog import SourceReader
 from attribution.timeutil import zone
 
 MANIFEST = "bundle.json"

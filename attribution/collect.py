@@ -41,9 +41,9 @@ from attribution.errors import AttributionError
 from attribution.jobrecord import job_from_dict
 from attribution.model import Coverage, CoverageStatus, JobRecord, Stream, Trust
 from attribution.ownership import bus_key
-from attribution.sources import SourceSpec
 from attribution.sources.journal import journal_specs
 from attribution.sources.reader import GZIP_MAGIC, ZSTD_MAGIC
+from attribution.sources.specs import SourceSpec
 
 if TYPE_CHECKING:
     from attribution.slurm.backend import SlurmBackend

@@ -29,7 +29,7 @@ from typing import Any
 
 from attribution.model import JobRecord, Stream
 from attribution.rules.compiled import RuleSet
-from attribution.sources import ReadContext
+from attribution.sources.specs import ReadContext
 from attribution.timeutil import zone
 
 ENGINES = ("hyperscan", "re2", "python")
@@ -194,7 +194,7 @@ def reading_plan(ruleset: RuleSet, engine: str | None = None) -> Plan:
     """Per stream, a scanner over its extractors' literals, how many lines to follow a hit,
     and a scanner over the literals of extractors that read more than progress output.
 
-    Returns ``(selectors, follow, notable)`` for ``attribution.sources.ReadContext``.
+    Returns ``(selectors, follow, notable)`` for ``attribution.sources.specs.ReadContext``.
     """
     selectors: dict[Stream, LiteralScanner] = {}
     notable: dict[Stream, LiteralScanner] = {}

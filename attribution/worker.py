@@ -41,7 +41,7 @@ from attribution.slurm.backend import JobRef, NotReady, SlurmBackend
 from attribution.slurm.factory import make_backend
 from attribution.slurm.hookenv import parse_entry
 from attribution.slurm.resolve import with_allocation
-from attribution.sources import read_sources
+from attribution.sources.readahead import read_sources
 from attribution.spool import Claimed, RetryPolicy, Spool
 from attribution.store import Store
 

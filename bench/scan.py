@@ -174,7 +174,8 @@ def scan_offsets_rg(rg: str, path: Path, patterns: Path) -> set[int]:
 def pipeline(path: Path) -> int:
     from attribution.model import Stream
     from attribution.scan import reading_plan
-    from attribution.sources import ReadContext, SourceReader, SourceSpec
+    from attribution.sources.specs import ReadContext, SourceSpec
+    from attribution.sources.textlog import SourceReader
 
     rules = load_ruleset()
     selectors, follow, _notable = reading_plan(rules)

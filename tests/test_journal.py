@@ -17,8 +17,8 @@ import pytest
 from attribution.bundle import diagnose_bundle
 from attribution.model import Stream, SubDomain
 from attribution.rules.compiled import RuleSet
-from attribution.sources import ReadContext
 from attribution.sources.journal import JournalReader, journal_specs
+from attribution.sources.specs import ReadContext
 
 REMOTE = next(
     (

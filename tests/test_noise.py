@@ -11,7 +11,8 @@ from attribution.analyze import analyze
 from attribution.jobrecord import job_from_dict
 from attribution.model import Stream, SubDomain
 from attribution.rules.compiled import RuleSet
-from attribution.sources import ReadContext, SourceSpec, read_sources
+from attribution.sources.readahead import read_sources
+from attribution.sources.specs import ReadContext, SourceSpec
 
 from .conftest import FIXTURES
 

@@ -13,14 +13,9 @@ from attribution.jobrecord import job_from_dict
 from attribution.model import CoverageStatus, Stream
 from attribution.rules.compiled import RuleSet
 from attribution.scan import read_context
-from attribution.sources import (
-    ReadContext,
-    SourceReader,
-    SourceSpec,
-    file_stem,
-    job_stream_for,
-    node_stream_for,
-)
+from attribution.sources.specs import ReadContext, SourceSpec
+from attribution.sources.streams import file_stem, job_stream_for, node_stream_for
+from attribution.sources.textlog import SourceReader
 
 XID = (
     "NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from attribution.model import Stream
-from attribution.sources import ReadContext, SourceReader, SourceSpec
+from attribution.sources.specs import ReadContext, SourceSpec
+from attribution.sources.textlog import SourceReader
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 

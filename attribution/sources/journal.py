@@ -30,7 +30,8 @@ from pathlib import Path
 
 from attribution.hostlist import short_name
 from attribution.model import Coverage, CoverageStatus, LogLine, SourceRef, Stream, Trust
-from attribution.sources import MAX_NOTES, EveryLine, ReadContext, SourceSpec, Span
+from attribution.sources.coverage import MAX_NOTES, Span
+from attribution.sources.specs import EveryLine, ReadContext, SourceSpec
 
 KERNEL_MATCH = ("_TRANSPORT=kernel",)
 # every transport but the kernel's (journalctl ORs matches of one field)

@@ -12,7 +12,8 @@ import pytest
 from attribution.collect import Refused, collect, copy_job_output
 from attribution.config import Config
 from attribution.model import CoverageStatus, JobRecord, Stream
-from attribution.sources import ReadContext, read_sources
+from attribution.sources.readahead import read_sources
+from attribution.sources.specs import ReadContext
 
 OTHER_UID = 4242
 START = datetime(2026, 11, 30, 7, 0, tzinfo=UTC)

@@ -1,0 +1,93 @@
+"""What to read and how: ``SourceSpec`` (one source: its stream, node, files and limits) and
+``ReadContext`` (what every reader needs: time zone, job window, which lines to parse)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, tzinfo
+from pathlib import Path
+from typing import Protocol
+
+from attribution.model import DEFAULT_TRUST, Stream, Trust
+from attribution.sources.reader import DEFAULT_MAX_LINE
+
+
+@dataclass(slots=True)
+class SourceSpec:
+    """One source to read: a stream, its node (``None`` for job output), and its files.
+
+    ``nofollow`` refuses symbolic links and non-regular files (for paths a job's
+    owner controls); ``owner_uid``, when set, refuses files not owned by that uid;
+    ``max_bytes`` caps how much of each file is read (the tail is kept).
+    ``notes`` are remarks for the coverage entry (files left out and why);
+    ``problem``, when set, makes the source unreadable with that reason; ``trust`` says
+    whether users can write it (docs/verdict.md, "Ownership and trust").
+    """
+
+    stream: Stream
+    node: str | None
+    paths: list[Path] = field(default_factory=list)
+    display: list[str] = field(default_factory=list)
+    nofollow: bool = False
+    owner_uid: int | None = None
+    max_bytes: int | None = None
+    notes: list[str] = field(default_factory=list)
+    problem: str | None = None
+    trust: Trust | None = None  # None: what the stream is by default (``DEFAULT_TRUST``)
+    kind: str = "file"  # "file": plain or compressed text; "journal": systemd journal files
+
+    @property
+    def trust_level(self) -> Trust:
+        return self.trust or DEFAULT_TRUST[self.stream]
+
+
+class LineSelector(Protocol):
+    """Chooses the lines of a block worth parsing (``attribution.scan.LiteralScanner``)."""
+
+    def line_starts(self, data: bytes, limit: int | None = None) -> list[int]: ...
+
+
+class EveryLine:
+    """A selector that keeps every line (for tools that want all of them)."""
+
+    def line_starts(self, data: bytes, limit: int | None = None) -> list[int]:
+        starts = [0] if data else []
+        pos = data.find(b"\n")
+        while pos != -1 and pos + 1 < len(data):
+            starts.append(pos + 1)
+            pos = data.find(b"\n", pos + 1)
+        return starts
+
+
+@dataclass(slots=True)
+class ReadContext:
+    """Values every reader needs.
+
+    ``tz``: timezone for stamps without an offset; ``reference``: the job start
+    (a time near the lines, for formats without a year); ``boot_times``: node ->
+    the node's latest boot time, for kernel uptime stamps (lines of an earlier
+    boot that ended before ``reference`` are skipped); ``job_nodes``: names a syslog host may
+    take; ``selectors``: per stream, which lines to parse (default: all);
+    ``follow``: per stream, how many lines after a selected one to parse too
+    (multi-line messages); ``window``: ``(start, end)`` UTC, when set, ordered
+    streams are read only around it (``tolerance`` seconds either side; files
+    smaller than ``seek_threshold`` bytes are read whole). ``job_span``: the
+    job's start and end (UTC); with it, each job output file ends with a
+    synthetic ``last output`` line (see ``lastoutput.LAST_OUTPUT``).
+    """
+
+    tz: tzinfo = UTC
+    reference: datetime | None = None
+    boot_times: dict[str, datetime] = field(default_factory=dict)
+    job_nodes: tuple[str, ...] = ()
+    max_line: int = DEFAULT_MAX_LINE
+    selectors: Mapping[Stream, LineSelector] = field(default_factory=dict)
+    # per stream, the lines that are more than progress output (the silence check's
+    # "not ordinary" lines); default: the selectors
+    notable: Mapping[Stream, LineSelector] = field(default_factory=dict)
+    follow: Mapping[Stream, int] = field(default_factory=dict)
+    window: tuple[datetime | None, datetime | None] | None = None
+    tolerance: float = 600.0
+    seek_threshold: int = 1 << 20
+    job_span: tuple[datetime, datetime] | None = None  # (start, end) UTC, for ``last output``
