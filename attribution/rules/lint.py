@@ -134,6 +134,9 @@ def check_references(ruleset: RuleSet) -> list[Issue]:
     return issues
 
 
+STABLE_MATCH_EXAMPLES = 2  # and one no_match: what a rule needs to be called stable
+
+
 def check_examples(ruleset: RuleSet) -> list[Issue]:
     issues = []
     for rule in ruleset.all_rules():
@@ -146,6 +149,15 @@ def check_examples(ruleset: RuleSet) -> list[Issue]:
                     "examples-required",
                     _loc(ruleset, rule, "status"),
                     f"a {rule.status.value} rule needs at least one match and one no_match example",
+                )
+            )
+        elif rule.status is RuleStatus.STABLE and len(ex.match) < STABLE_MATCH_EXAMPLES:
+            issues.append(
+                Issue(
+                    "examples-required",
+                    _loc(ruleset, rule, "status"),
+                    f"a stable rule needs at least {STABLE_MATCH_EXAMPLES} match examples and one"
+                    " no_match example; keep it status: test until it has them",
                 )
             )
     return issues
