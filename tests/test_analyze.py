@@ -473,3 +473,22 @@ def test_slurmctld_node_loss_is_dated_back_by_its_detection_lag(ruleset: RuleSet
     )
     assert v.cause is not None and v.cause.id == "node-not-responding", v.summary
     assert [r.node for r in v.responsible] == ["n3"]
+
+
+def test_a_fallback_rule_gives_way_to_the_specific_rule_on_the_same_evidence(
+    ruleset: RuleSet,
+) -> None:
+    """gpu-hardware-xid is `fallback: true`: an XID a specific rule explains (79) is that
+    rule's alone; an XID no specific rule covers (62) is the fallback's; a non-fatal NVLink5
+    report is neither."""
+    at = T0 + timedelta(minutes=5)
+    fell = analyze(job(), lines(Stream.KERNEL, "n1", [k(at, XID79)]), ruleset)
+    assert fell.cause is not None and fell.cause.rule.startswith("gpu-fell-off-bus@")
+    assert all(not a.cause.rule.startswith("gpu-hardware-xid@") for a in fell.alternatives)
+    xid62 = "NVRM: Xid (PCI:0000:91:00): 62, pid=4242, name=python, Internal micro-controller halt"
+    other = analyze(job(), lines(Stream.KERNEL, "n1", [k(at, xid62)]), ruleset)
+    assert other.cause is not None and other.cause.rule.startswith("gpu-hardware-xid@")
+    assert [r.node for r in other.responsible] == ["n1"]
+    nonfatal = "NVRM: Xid (PCI:0000:91:00): 144, SAW_MVB Nonfatal XC0 i0 Link 0 (0x00000001)"
+    quiet = analyze(job(), lines(Stream.KERNEL, "n1", [k(at, nonfatal)]), ruleset)
+    assert quiet.sub_domain is not SubDomain.HARDWARE and quiet.responsible == ()

@@ -9,7 +9,7 @@ import pytest
 
 from attribution.errors import RuleErrors
 from attribution.rules.lint import lint
-from attribution.rules.loader import load_ruleset
+from attribution.rules.loader import load_ruleset, parse_rule_text
 
 from .conftest import FIXTURES
 
@@ -237,13 +237,12 @@ def test_a_backtracking_site_regex_is_flagged_and_bounded(tmp_path: Path) -> Non
     text = "boom " + "a" * 30000
     line = LogLine(Stream.JOB_STDOUT, None, text, text, SourceRef("out.log", 1))
     job = job_from_dict({"job_id": "1", "state": "FAILED", "nodes": "n1"})
-    from attribution.model import Coverage, CoverageStatus
+    from attribution.model import Coverage, CoverageNote, CoverageStatus
 
     cov = [Coverage(Stream.JOB_STDOUT, None, CoverageStatus.OK, ("out.log",), len(text), 1)]
     verdict = analyze(job, [line, line], ruleset, coverage=cov)
     (job_cov,) = verdict.coverage
-    assert job_cov.reason is not None
-    assert "2 line(s) skipped by site-slow: its pattern ran out of time" in job_cov.reason
+    assert CoverageNote("regex_timeout", {"count": 2, "rule": "site-slow"}) in job_cov.notes
 
 
 def test_yaml_aliases_are_refused_before_they_expand(tmp_path: Path) -> None:
@@ -296,7 +295,7 @@ select:
         (_DIAG.format(signal="{in: [6, SIGSEGV]}"), "signal must be a signal number"),
         (_DIAG.format(signal="-5"), "signal must be a signal number"),
         (_CORR.format(op="outlier", extra="field: version\nsplit: 'yes'\n"), "valid boolean"),
-        (_CORR.format(op="vote", extra="field: peer\nsplit: true\n"), "split applies only"),
+        (_CORR.format(op="vote", extra="field: peer\nsplit: true\n"), "unknown key 'split'"),
         (_CORR.format(op="desync", extra="field: seq\n"), "takes no field"),
     ],
 )
@@ -312,3 +311,35 @@ def test_new_rule_keys_reject_wrong_values_with_file_and_line(
         load_ruleset([site])
     shown = "\n".join(str(e) for e in info.value.errors)
     assert message in shown and "rule.yaml:" in shown, shown
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            "op: sequence\ncause: {event: [a.b]}\neffect: {event: [c.d]}\nmin_voters: 3\n",
+            "unknown key 'min_voters'",
+        ),
+        (
+            "op: vote\nselect: {event: [a.b]}\nfield: peer\nfinding: f\nwithin: 5s\n",
+            "unknown key 'within'",
+        ),
+        (
+            "op: suppress\nsymptoms: [{event: [a.b]}]\nfinding: f\nsplit: true\n",
+            "unknown key 'split'",
+        ),
+        ("op: straggler\nselect: {event: [a.b]}\nfinding: f\nfield: rank\n", "unknown key 'field'"),
+        ("op: outlier\nselect: {event: [a.b]}\n", "finding"),
+        ("op: teleport\nselect: {event: [a.b]}\nfinding: f\n", "teleport"),
+    ],
+)
+def test_a_correlation_key_of_another_op_is_refused(body: str, message: str) -> None:
+    """One schema per correlation op: options of another op do not lint clean."""
+    text = (
+        "schema: 1\nid: demo-corr\nkind: correlation\nversion: 1\ntitle: Demo\n"
+        "description: A correlation rule for the schema test.\n" + body
+    )
+    with pytest.raises(RuleErrors) as info:
+        parse_rule_text(text, "demo-corr.yaml")
+    assert message in str(info.value)
+    assert "demo-corr.yaml:" in str(info.value)

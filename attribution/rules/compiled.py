@@ -35,7 +35,7 @@ class CompiledExtractor:
     table: dict[str, dict[str, Any]] | None
     path: str
     literals_folded: tuple[str, ...] = ()
-    reads_info: bool = False  # may read NCCL INFO lines: context only, or its pattern says INFO
+    reads_info: bool = False  # may read NCCL INFO lines: a context extractor or match.nccl_info
 
     @property
     def synthetic_only(self) -> bool:

@@ -16,7 +16,17 @@ from datetime import datetime
 from attribution.hostlist import compress, is_ip, short_name
 from attribution.model import Event, EventRole, Finding, JobRecord, Standing
 from attribution.rules.conditions import ROOT_ROLES, event_rank, selects
-from attribution.rules.schema import CorrelationRule, Selector
+from attribution.rules.schema import (
+    CorrelationBase,
+    CorrelationRule,
+    DesyncCorrelation,
+    OutlierCorrelation,
+    Selector,
+    SequenceCorrelation,
+    StragglerCorrelation,
+    SuppressCorrelation,
+    VoteCorrelation,
+)
 from attribution.rules.template import render
 
 
@@ -145,7 +155,7 @@ def build_identity(job: JobRecord, events: Iterable[Event]) -> Identity:
     return identity
 
 
-def _time_ok(cause: Event, effect: Event, rule: CorrelationRule) -> bool:
+def _time_ok(cause: Event, effect: Event, rule: SequenceCorrelation) -> bool:
     if rule.within_lines is not None:
         # position in one file decides (a traceback belongs to the header above it)
         if cause.source.path != effect.source.path:
@@ -187,7 +197,7 @@ def _nodes_ok(cause: Event, effect: Event, relation: str) -> bool:
     return True
 
 
-def _mark(event: Event, role: str, rule: CorrelationRule) -> None:
+def _mark(event: Event, role: str, rule: CorrelationBase) -> None:
     if role == "downstream":
         event.demoted_by = event.demoted_by or rule.ref
     elif role == "context":
@@ -196,9 +206,7 @@ def _mark(event: Event, role: str, rule: CorrelationRule) -> None:
         event.role = EventRole.ROOT
 
 
-def _sequence(rule: CorrelationRule, events: Sequence[Event]) -> list[Finding]:
-    assert rule.cause is not None
-    assert rule.effect is not None
+def _sequence(rule: SequenceCorrelation, events: Sequence[Event]) -> list[Finding]:
     causes = [e for e in events if selects(rule.cause, e)]
     effects = [e for e in events if selects(rule.effect, e)]
     paired: dict[int, list[Event]] = defaultdict(list)
@@ -237,7 +245,7 @@ def _order_key(event: Event) -> tuple[int, datetime | float, int]:
 
 
 def _finding(
-    rule: CorrelationRule,
+    rule: CorrelationBase,
     nodes: tuple[str, ...],
     events: list[Event],
     fields: dict[str, object],
@@ -266,9 +274,7 @@ def _is_node(peer: str, identity: Identity) -> bool:
     return not identity.nodes or peer in identity.nodes
 
 
-def _vote(rule: CorrelationRule, events: Sequence[Event], identity: Identity) -> list[Finding]:
-    assert rule.select is not None
-    assert rule.field is not None
+def _vote(rule: VoteCorrelation, events: Sequence[Event], identity: Identity) -> list[Finding]:
     voters: dict[str, set[str]] = defaultdict(set)
     votes: dict[str, int] = defaultdict(int)
     raw: dict[str, str] = {}
@@ -316,15 +322,18 @@ def _vote(rule: CorrelationRule, events: Sequence[Event], identity: Identity) ->
     return findings
 
 
-def _ranked(rule: CorrelationRule, events: Sequence[Event]) -> Iterator[tuple[Event, int]]:
+def _ranked(
+    rule: StragglerCorrelation | DesyncCorrelation, events: Sequence[Event]
+) -> Iterator[tuple[Event, int]]:
     """The events the rule selects whose rank is known, with that rank."""
-    assert rule.select is not None
     for event in events:
         if selects(rule.select, event) and (rank := event_rank(event)) is not None:
             yield event, rank
 
 
-def _straggler(rule: CorrelationRule, events: Sequence[Event], identity: Identity) -> list[Finding]:
+def _straggler(
+    rule: StragglerCorrelation, events: Sequence[Event], identity: Identity
+) -> list[Finding]:
     failing = -1
     enqueued: dict[int, int] = {}
     node_of: dict[int, str | None] = {}
@@ -359,7 +368,7 @@ def _straggler(rule: CorrelationRule, events: Sequence[Event], identity: Identit
 MAX_DESYNC_SPREAD = 8
 
 
-def _desync(rule: CorrelationRule, events: Sequence[Event], identity: Identity) -> list[Finding]:
+def _desync(rule: DesyncCorrelation, events: Sequence[Event], identity: Identity) -> list[Finding]:
     """Ranks that timed out in different collectives: each rank's (``seq``, ``op``) from its
     timeout report; two or more distinct ones among two or more ranks is a finding. The
     ranks in the smallest group are named (the odd ones out), their nodes are the finding's.
@@ -404,8 +413,7 @@ def _desync(rule: CorrelationRule, events: Sequence[Event], identity: Identity) 
     return [_finding(rule, nodes, members, fields, first)]
 
 
-def _outlier(rule: CorrelationRule, events: Sequence[Event], job: JobRecord) -> list[Finding]:
-    assert rule.select is not None
+def _outlier(rule: OutlierCorrelation, events: Sequence[Event], job: JobRecord) -> list[Finding]:
     chosen = [e for e in events if selects(rule.select, e) and e.node]
     if not chosen:
         return []
@@ -423,7 +431,7 @@ def _outlier(rule: CorrelationRule, events: Sequence[Event], job: JobRecord) -> 
 
 
 def _outlier_value(
-    rule: CorrelationRule, chosen: list[Event], job_nodes: set[str]
+    rule: OutlierCorrelation, chosen: list[Event], job_nodes: set[str]
 ) -> list[Finding]:
     """Nodes whose ``field`` differs from what most nodes report (at most ``max_nodes`` of them,
     and fewer than the nodes that agree). With ``split``, nodes that disagree without a few
@@ -467,7 +475,7 @@ def _outlier_value(
     return [_finding(rule, tuple(odd), members, fields, first)]
 
 
-def _suppress(rule: CorrelationRule, events: Sequence[Event], skew: float) -> None:
+def _suppress(rule: SuppressCorrelation, events: Sequence[Event], skew: float) -> None:
     def is_symptom(event: Event) -> bool:
         return any(selects(s, event) for s in rule.symptoms)
 
@@ -518,15 +526,15 @@ def correlate(
     findings: list[Finding] = []
     ordered = sorted(rules, key=lambda r: (r.op == "suppress", r.id))
     for rule in ordered:
-        if rule.op == "sequence":
+        if isinstance(rule, SequenceCorrelation):
             findings.extend(_sequence(rule, events))
-        elif rule.op == "vote":
+        elif isinstance(rule, VoteCorrelation):
             findings.extend(_vote(rule, events, identity))
-        elif rule.op == "straggler":
+        elif isinstance(rule, StragglerCorrelation):
             findings.extend(_straggler(rule, events, identity))
-        elif rule.op == "desync":
+        elif isinstance(rule, DesyncCorrelation):
             findings.extend(_desync(rule, events, identity))
-        elif rule.op == "outlier":
+        elif isinstance(rule, OutlierCorrelation):
             findings.extend(_outlier(rule, events, job))
         else:
             _suppress(rule, events, skew)

@@ -50,9 +50,9 @@ from attribution.rules.conditions import (
 from attribution.rules.schema import DiagnosisRule, EventCondition, FindingCondition
 from attribution.rules.template import render
 
-# Candidates at or above this priority are "root-grade": they may win on time
-# over a higher-priority candidate that came clearly later.
-ROOT_GRADE = 40
+# The root band (docs/rules.md, "Priority bands"): candidates at or above this priority may
+# win on time over a higher-priority candidate that came clearly later.
+ROOT_BAND_MIN = 40
 # coverage states in which a source told us nothing
 UNREAD_STATUSES = frozenset(
     {CoverageStatus.MISSING, CoverageStatus.UNREADABLE, CoverageStatus.ERROR, CoverageStatus.EMPTY}
@@ -435,6 +435,19 @@ def _values(
     return values
 
 
+def _without_covered_fallbacks(found: list[Candidate]) -> list[Candidate]:
+    """Drop a ``fallback`` rule's candidate when every event it rests on is also the
+    evidence of a rule that is not a fallback (the specific rule explains it)."""
+    specific = {id(e) for c in found if not c.rule.fallback for e in c.anchor_events}
+    return [
+        c
+        for c in found
+        if not (
+            c.rule.fallback and c.anchor_events and all(id(e) in specific for e in c.anchor_events)
+        )
+    ]
+
+
 def _separable(a: Candidate, b: Candidate, skew: float) -> bool:
     if a.first_at is None or b.first_at is None:
         return False
@@ -469,6 +482,7 @@ def diagnose(
         for rule in rules
         if (c := _evaluate(rule, events, findings, job, unread, support)) is not None
     ]
+    found = _without_covered_fallbacks(found)
     candidates: list[Candidate] = []
     refuted: list[Alternative] = []
     for c in found:
@@ -482,14 +496,14 @@ def diagnose(
     candidates.sort(key=_sort_key)
     top = candidates[0]
     reasons: dict[str, str] = {}
-    # time precedence: a root-grade candidate clearly earlier than the top one wins, unless
+    # time precedence: a root-band candidate clearly earlier than the top one wins, unless
     # correlation marked all its evidence downstream (a symptom that merely came first)
     # (untimed evidence counts by the timed line that follows it in its file)
     if (top_at := top.earliest_at) is not None:
         earlier = [
             c
             for c in candidates[1:]
-            if c.priority >= ROOT_GRADE
+            if c.priority >= ROOT_BAND_MIN
             and any(e.demoted_by is None for e in c.anchor_events)
             and (at := c.latest_at) is not None
             and (top_at - at).total_seconds() > skew

@@ -18,13 +18,15 @@ from attribution.errors import Location
 from attribution.model import NODE_STREAMS, RuleStatus, Stream
 from attribution.rules.compiled import CompiledExtractor, RuleSet
 from attribution.rules.schema import (
-    CorrelationRule,
+    CorrelationBase,
     DiagnosisRule,
     EventCondition,
     ExtractorRule,
     FindingCondition,
     Rule,
     Selector,
+    SequenceCorrelation,
+    SuppressCorrelation,
 )
 from attribution.rules.template import placeholders
 
@@ -54,15 +56,16 @@ def _loc(ruleset: RuleSet, rule: Rule, *path: str | int) -> Location:
 
 
 def _selectors(rule: Rule) -> Iterator[tuple[Selector, tuple[str | int, ...]]]:
-    if isinstance(rule, CorrelationRule):
+    if isinstance(rule, SuppressCorrelation):
         for i, s in enumerate(rule.symptoms):
             yield s, ("symptoms", i)
         for i, s in enumerate(rule.roots):
             yield s, ("roots", i)
-        for name in ("cause", "effect", "select"):
-            sel = getattr(rule, name)
-            if sel is not None:
-                yield sel, (name,)
+    elif isinstance(rule, SequenceCorrelation):
+        yield rule.cause, ("cause",)
+        yield rule.effect, ("effect",)
+    elif isinstance(rule, CorrelationBase):
+        yield rule.select, ("select",)
     elif isinstance(rule, DiagnosisRule):
         for part in ("all", "any", "none"):
             for i, cond in enumerate(getattr(rule.when, part)):
@@ -305,6 +308,26 @@ def check_scope(ruleset: RuleSet) -> list[Issue]:
     return issues
 
 
+def check_nccl_info(ruleset: RuleSet) -> list[Issue]:
+    """An event extractor written for NCCL INFO lines must say so (``match.nccl_info``):
+    without it the lines are hidden from it and it can never match."""
+    issues = []
+    for ex in ruleset.extractors:
+        if ex.reads_info:
+            continue
+        texts = [ex.rule.match.regex, *ex.literals]
+        if any("NCCL INFO" in text for text in texts):
+            issues.append(
+                Issue(
+                    "nccl-info",
+                    _loc(ruleset, ex.rule, "match"),
+                    f"{ex.id} looks for NCCL INFO lines, which only context extractors and"
+                    " extractors with match.nccl_info: true read; set it (docs/rules.md)",
+                )
+            )
+    return issues
+
+
 CHECKS: dict[str, Callable[[RuleSet], list[Issue]]] = {
     "ids": check_ids,
     "references": check_references,
@@ -312,6 +335,7 @@ CHECKS: dict[str, Callable[[RuleSet], list[Issue]]] = {
     "templates": check_templates,
     "regex": check_regex,
     "scope": check_scope,
+    "nccl-info": check_nccl_info,
 }
 
 

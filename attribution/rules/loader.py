@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from attribution.errors import Location, RuleError, RuleErrors
 from attribution.model import EventRole
 from attribution.rules.compiled import CompiledExtractor, RuleSet, Source
 from attribution.rules.schema import (
+    CORRELATION_ADAPTER,
     CorrelationRule,
     DiagnosisRule,
     ExtractorRule,
@@ -29,10 +30,11 @@ from attribution.rules.schema import (
     Table,
 )
 
-_KINDS: dict[str, type[ExtractorRule] | type[CorrelationRule] | type[DiagnosisRule]] = {
-    "extractor": ExtractorRule,
-    "correlation": CorrelationRule,
-    "diagnosis": DiagnosisRule,
+_KINDS: dict[str, Callable[[Any], Rule]] = {
+    "extractor": ExtractorRule.model_validate,
+    # one class per ``op`` (a discriminated union): a key of another operator is an error
+    "correlation": CORRELATION_ADAPTER.validate_python,
+    "diagnosis": DiagnosisRule.model_validate,
 }
 
 
@@ -59,9 +61,14 @@ def _validation_errors(
     seen: set[tuple[int, str]] = set()
     for err in exc.errors():
         loc = [p for p in err["loc"] if isinstance(p, str | int)]
+        if loc and isinstance(data, dict) and loc[0] == data.get("op") and loc[0] not in data:
+            loc = loc[1:]  # the discriminated union's tag (the correlation op) is not a key
         line = _loc_line(lines, data, loc)
         where = ".".join(str(p) for p in loc if not (isinstance(p, str) and p[:1].isupper()))
-        if err["type"] == "extra_forbidden":
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            line = lines.line_for(["op"])
+            msg = f"op: {err['msg']}"
+        elif err["type"] == "extra_forbidden":
             msg = f"unknown key {where!r}"
         else:
             msg = f"{where or 'document'}: {err['msg']}"
@@ -85,8 +92,8 @@ def parse_rule_text(text: str, path: str) -> tuple[Rule, LineMap]:
     if not isinstance(data, dict):
         raise RuleErrors([RuleError("a rule file must be a YAML mapping", Location(path, 1))])
     kind = data.get("kind")
-    model = _KINDS.get(kind) if isinstance(kind, str) else None
-    if model is None:
+    validate = _KINDS.get(kind) if isinstance(kind, str) else None
+    if validate is None:
         line = lines.line_for(["kind"])
         raise RuleErrors(
             [
@@ -96,7 +103,7 @@ def parse_rule_text(text: str, path: str) -> tuple[Rule, LineMap]:
             ]
         )
     try:
-        rule = model.model_validate(data)
+        rule = validate(data)
     except ValidationError as exc:
         raise RuleErrors(_validation_errors(exc, path, lines, data)) from None
     return rule, lines
@@ -203,9 +210,7 @@ def compile_extractor(
         table=table_index,
         path=path,
         literals_folded=tuple(s.lower() for s in literals) if rule.match.ignore_case else (),
-        reads_info=rule.emit.role is EventRole.CONTEXT
-        or "INFO" in rule.match.regex
-        or any("INFO" in lit for lit in literals),
+        reads_info=rule.emit.role is EventRole.CONTEXT or rule.match.nccl_info,
     )
 
 

@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    TypeAdapter,
     field_validator,
     model_validator,
 )
@@ -163,6 +164,10 @@ class Match(Strict):
     # the lines it reads are the job's ordinary progress output (steps, bars, results): the
     # silence check before a time limit counts them as output, not as error messages
     progress: bool = False
+    # reads lines NCCL prints at NCCL_DEBUG=INFO ("NCCL INFO ..."): they report what NCCL
+    # tried and are never errors, so other event extractors do not see them (context
+    # extractors always do)
+    nccl_info: StrictBool = False
 
     normalise_contains = field_validator("contains", mode="before")(_as_list)
 
@@ -461,17 +466,17 @@ class ScenarioExamples(Strict):
 # --------------------------------------------------------------------- correlation
 
 
-class CorrelationRule(Header):
-    """Events across nodes and time -> findings and role changes (closed operator set).
+class CorrelationBase(Header):
+    """Keys every correlation rule has; each operator adds its own (docs/rules.md).
 
-    Operators:
+    Operators (one class each, chosen by ``op``; a key of another operator is an error):
       suppress  - ``symptoms`` become downstream when a candidate root exists
                   (``roots``, default: any root/either event not itself a symptom).
       sequence  - ``cause`` then ``effect`` within ``within`` on ``nodes``
                   same/other/any (or ``within_lines`` lines later in the same
                   file; ``nearest``: only the closest effect of each cause);
                   ``mark`` changes roles; may produce a finding.
-      vote      - reporters of ``event`` name a peer in ``field``; the peer named
+      vote      - reporters of ``select`` name a peer in ``field``; the peer named
                   by at least ``min_voters`` distinct reporters is the suspect. When
                   more than ``max_suspects`` peers tie for the most reporters, no
                   peer stands out (every node names its own neighbours) and there
@@ -482,7 +487,7 @@ class CorrelationRule(Header):
       desync    - ranks that timed out waiting in different collectives (another
                   sequence number or another operation): the ranks issued different
                   collectives, which the program's control flow decides.
-      outlier   - ``event`` seen on at most ``max_nodes`` of a job with at least
+      outlier   - ``select`` seen on at most ``max_nodes`` of a job with at least
                   ``min_job_nodes`` nodes: those nodes stand out. With ``field``:
                   the nodes whose value of it differs from the one most nodes
                   report (at most ``max_nodes``, fewer than those that agree); with
@@ -491,33 +496,32 @@ class CorrelationRule(Header):
     """
 
     kind: Literal["correlation"]
-    op: Literal["suppress", "sequence", "vote", "straggler", "desync", "outlier"]
-    # suppress
-    symptoms: list[Selector] = []
+    finding: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
+    summary: str | None = None
+    examples: ScenarioExamples = ScenarioExamples()
+
+
+class _FindingRequired(CorrelationBase):
+    finding: Annotated[str, Field(pattern=ID_PATTERN)]
+
+
+class SuppressCorrelation(CorrelationBase):
+    op: Literal["suppress"]
+    symptoms: Annotated[list[Selector], Field(min_length=1)]
     roots: list[Selector] = []
     scope: Literal["job", "node"] = "job"
-    # sequence
-    cause: Selector | None = None
-    effect: Selector | None = None
+
+
+class SequenceCorrelation(CorrelationBase):
+    op: Literal["sequence"]
+    cause: Selector
+    effect: Selector
     within: float | None = None  # seconds
     within_lines: int | None = Field(default=None, ge=0)  # same file, at most N lines after
     nearest: bool = False  # each cause pairs with its nearest effect only
     nodes: Literal["same", "other", "any"] = "any"
     order: Literal["after", "before", "any"] = "after"
     mark: dict[Literal["cause", "effect"], Literal["root", "downstream", "context"]] = {}
-    # vote / straggler / outlier
-    select: Selector | None = None
-    field: str | None = None
-    min_voters: int = Field(default=2, ge=1)
-    max_suspects: int = Field(default=1, ge=1)
-    peer_kind: Literal["host", "rank"] = "host"  # what ``field`` names: a host/IP or a rank
-    max_nodes: int = Field(default=1, ge=1)
-    min_job_nodes: int = Field(default=2, ge=2)
-    split: StrictBool = False  # outlier with field: a disagreement without a minority is a finding
-    # result
-    finding: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
-    summary: str | None = None
-    examples: ScenarioExamples = ScenarioExamples()
 
     @field_validator("within", mode="before")
     @classmethod
@@ -529,24 +533,57 @@ class CorrelationRule(Header):
         except ValueError as exc:
             raise ValueError(str(exc)) from None
 
+
+class VoteCorrelation(_FindingRequired):
+    op: Literal["vote"]
+    select: Selector
+    field: str
+    min_voters: int = Field(default=2, ge=1)
+    max_suspects: int = Field(default=1, ge=1)
+    peer_kind: Literal["host", "rank"] = "host"  # what ``field`` names: a host/IP or a rank
+
+
+class StragglerCorrelation(_FindingRequired):
+    """Reads the events' rank, seq and op; takes no field."""
+
+    op: Literal["straggler"]
+    select: Selector
+
+
+class DesyncCorrelation(_FindingRequired):
+    """Reads the events' rank, seq and op; takes no field."""
+
+    op: Literal["desync"]
+    select: Selector
+
+
+class OutlierCorrelation(_FindingRequired):
+    op: Literal["outlier"]
+    select: Selector
+    field: str | None = None
+    max_nodes: int = Field(default=1, ge=1)
+    min_job_nodes: int = Field(default=2, ge=2)
+    split: StrictBool = False  # with field: a disagreement without a minority is a finding
+
     @model_validator(mode="after")
-    def _operands(self) -> CorrelationRule:
-        need: dict[str, list[str]] = {
-            "suppress": ["symptoms"],
-            "sequence": ["cause", "effect"],
-            "vote": ["select", "field", "finding"],
-            "straggler": ["select", "finding"],
-            "desync": ["select", "finding"],
-            "outlier": ["select", "finding"],
-        }
-        missing = [name for name in need[self.op] if not getattr(self, name)]
-        if missing:
-            raise ValueError(f"op {self.op!r} needs: {', '.join(missing)}")
-        if self.split and (self.op != "outlier" or not self.field):
-            raise ValueError("split applies only to op 'outlier' with a field")
-        if self.field and self.op in ("desync", "straggler"):
-            raise ValueError(f"op {self.op!r} takes no field (it reads rank, seq and op)")
+    def _split_needs_field(self) -> OutlierCorrelation:
+        if self.split and not self.field:
+            raise ValueError("split applies only with a field")
         return self
+
+
+CorrelationRule = (
+    SuppressCorrelation
+    | SequenceCorrelation
+    | VoteCorrelation
+    | StragglerCorrelation
+    | DesyncCorrelation
+    | OutlierCorrelation
+)
+# what the loader validates a correlation rule file with: ``op`` picks the class
+CORRELATION_ADAPTER: TypeAdapter[CorrelationRule] = TypeAdapter(
+    Annotated[CorrelationRule, Field(discriminator="op")]
+)
 
 
 # --------------------------------------------------------------------- diagnosis
@@ -569,6 +606,9 @@ class DiagnosisRule(Header):
     # message but not the message itself says ``low`` (docs/rules.md, "Family rules")
     confidence: Literal["high", "medium", "low"] | None = None
     confidence_reason: str | None = None
+    # a generic rule (e.g. "any other hardware XID"): dropped when a rule that is not a
+    # fallback matched on the same evidence, instead of listing what the others cover
+    fallback: StrictBool = False
     examples: ScenarioExamples = ScenarioExamples()
 
     @field_validator("sub_domain")
