@@ -24,6 +24,7 @@ from attribution.model import (
     ChainRole,
     Confidence,
     Coverage,
+    CoverageNote,
     CoverageStatus,
     Event,
     EventRole,
@@ -644,14 +645,14 @@ def _note_ownership(
     """Say in each job node's kernel coverage entry what ownership could not be checked."""
     if not notes:
         return coverage
-    text = "ownership not checked: " + "; ".join(notes)
+    note = CoverageNote("ownership_unchecked", {"why": "; ".join(notes)})
     nodes = set(job.nodes)
     done: set[str] = set()
     out = []
     for c in coverage:
         node = c.node
         if node is not None and node in nodes and node not in done and c.stream is Stream.KERNEL:
-            c = dataclasses.replace(c, reason="; ".join(x for x in (c.reason, text) if x))
+            c = c.noted(note)
             done.add(node)
         out.append(c)
     return out
@@ -676,11 +677,7 @@ def _note_folded(
     for c in coverage:
         count = per_source.get((c.stream, c.node), 0)
         if count:
-            note = (
-                f"{count} signal(s) beyond the per-node bound of distinct ranks or events were"
-                " counted, but their rank and field detail was not kept"
-            )
-            c = dataclasses.replace(c, reason="; ".join(x for x in (c.reason, note) if x))
+            c = c.noted(CoverageNote("folded", {"count": count}))
         out.append(c)
     return out
 
@@ -691,20 +688,15 @@ def _note_timeouts(
     """Say in coverage which lines a rule could not match within its time budget."""
     if not timeouts:
         return coverage
-    notes: dict[tuple[Stream, str | None], list[str]] = defaultdict(list)
+    notes: dict[tuple[Stream, str | None], list[CoverageNote]] = defaultdict(list)
     for (stream, node, rule), count in sorted(timeouts.items(), key=str):
         key = (stream, None if stream in JOB_STREAMS else node)
-        notes[key].append(
-            f"{count} line(s) skipped by {rule}: its pattern ran out of time"
-            " (after 20 such lines a rule is not tried again in the job)"
-        )
+        notes[key].append(CoverageNote("regex_timeout", {"count": count, "rule": rule}))
     out = []
     for c in coverage:
         extra = notes.get((c.stream, c.node))
         if extra:
-            c = dataclasses.replace(
-                c, reason="; ".join([*([c.reason] if c.reason else []), *extra])
-            )
+            c = c.noted(*extra)
         out.append(c)
     return out
 

@@ -35,7 +35,7 @@ from attribution.errors import AttributionError, BundleError, Location, RuleErro
 from attribution.history import PriorGpuError
 from attribution.historyfile import read_history_file
 from attribution.jobrecord import job_from_dict
-from attribution.model import JobRecord, Stream, Trust, Verdict
+from attribution.model import CoverageNote, JobRecord, Stream, Trust, Verdict
 from attribution.rules.compiled import RuleSet
 from attribution.scan import read_context
 from attribution.sources.journal import is_journal_file, journal_specs
@@ -88,11 +88,11 @@ def inside_bundle(root: Path, path: Path) -> bool:
 @dataclass(slots=True)
 class _Listing:
     files: list[Path] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    problem: str | None = None
+    notes: list[CoverageNote] = field(default_factory=list)
+    problem: CoverageNote | None = None
 
 
-def _entries(directory: Path, root: Path) -> tuple[list[Path], str | None]:
+def _entries(directory: Path, root: Path) -> tuple[list[Path], CoverageNote | None]:
     """The visible entries of a bundle directory, sorted, or why it cannot be listed
     (absent is not a problem: that source is just missing)."""
     shown = _display(root, directory) + "/"
@@ -100,10 +100,10 @@ def _entries(directory: Path, root: Path) -> tuple[list[Path], str | None]:
         if not directory.exists() and not directory.is_symlink():
             return [], None
         if not directory.is_dir() or not inside_bundle(root, directory):
-            return [], f"{shown}: not a directory inside the bundle, not read"
+            return [], CoverageNote("outside_bundle", {"file": shown})
         return sorted(p for p in directory.iterdir() if not p.name.startswith(".")), None
     except OSError as exc:  # e.g. a parent directory we may not enter
-        return [], f"{shown}: cannot list: {exc.strerror or exc}"
+        return [], CoverageNote("cannot_list", {"file": shown, "error": str(exc.strerror or exc)})
 
 
 def _files(directory: Path, root: Path) -> _Listing:
@@ -115,13 +115,15 @@ def _files(directory: Path, root: Path) -> _Listing:
         name = _display(root, entry)
         try:
             if entry.is_symlink() and not inside_bundle(root, entry):
-                out.notes.append(f"{name}: a link out of the bundle, not followed")
+                out.notes.append(CoverageNote("link_out_of_bundle", {"file": name}))
             elif entry.is_file():
                 out.files.append(entry)
             elif not entry.is_dir():
-                out.notes.append(f"{name}: not a regular file, not read")
+                out.notes.append(CoverageNote("not_regular_file", {"file": name}))
         except OSError as exc:
-            out.notes.append(f"{name}: {exc.strerror or exc}")
+            out.notes.append(
+                CoverageNote("unreadable", {"file": name, "error": str(exc.strerror or exc)})
+            )
     out.files.sort(key=_rotation_key)
     return out
 
@@ -143,7 +145,7 @@ def _nodes(nodes_dir: Path, root: Path) -> _Listing:
     entries, out.problem = _entries(nodes_dir, root)
     for entry in entries:
         if not _NODE_NAME.fullmatch(entry.name):
-            out.notes.append(f"{_display(root, entry)}: not a host name, not read")
+            out.notes.append(CoverageNote("not_host_name", {"file": _display(root, entry)}))
         elif entry.is_dir():
             out.files.append(entry)
     return out
@@ -310,7 +312,7 @@ def load_bundle(path: Path | str) -> Bundle:
     # node logs
     nodes_dir = root / "nodes"
     node_listing = _nodes(nodes_dir, root)
-    notes.extend(node_listing.notes)
+    notes.extend(n.text for n in node_listing.notes)
     seen_nodes = [p.name for p in node_listing.files]
     in_job = set(job.nodes)
     all_nodes = list(job.nodes) + [n for n in seen_nodes if n not in in_job]
@@ -319,7 +321,7 @@ def load_bundle(path: Path | str) -> Bundle:
         if _NODE_NAME.fullmatch(node):
             listing = _files(nodes_dir / node, root)
         else:  # a job record's node name must never become a path ("../x", "/etc")
-            listing = _Listing(problem=f"node name {node!r} is not a host name; its logs not read")
+            listing = _Listing(problem=CoverageNote("bad_node_name", {"node": node}))
         if node_listing.problem and not listing.problem:
             listing.problem = node_listing.problem
         left_out = list(listing.notes)
@@ -330,7 +332,7 @@ def load_bundle(path: Path | str) -> Bundle:
                 continue
             kind = node_stream_for(file.name)
             if kind is None:
-                left_out.append(f"{_display(root, file)}: unknown log name, not read")
+                left_out.append(CoverageNote("unknown_log_name", {"file": _display(root, file)}))
                 continue
             grouped.setdefault(kind, []).append(file)
         if journals:
@@ -346,7 +348,7 @@ def load_bundle(path: Path | str) -> Bundle:
                 ):
                     grouped.setdefault(stream, [])
         elif not grouped and not journals:  # a node outside the job, with nothing to read
-            notes.extend(left_out)
+            notes.extend(n.text for n in left_out)
             continue
         elif Stream.KERNEL not in grouped and not journals:
             grouped[Stream.KERNEL] = []

@@ -39,7 +39,7 @@ from attribution._yaml import load_yaml_file
 from attribution.config import Config
 from attribution.errors import AttributionError
 from attribution.jobrecord import job_from_dict
-from attribution.model import Coverage, CoverageStatus, JobRecord, Stream, Trust
+from attribution.model import Coverage, CoverageNote, CoverageStatus, JobRecord, Stream, Trust
 from attribution.ownership import bus_key
 from attribution.sources.journal import journal_specs
 from attribution.sources.reader import GZIP_MAGIC, ZSTD_MAGIC
@@ -70,11 +70,15 @@ class Collection:
     """
 
     specs: list[SourceSpec] = field(default_factory=list)
-    notes: dict[tuple[str, str | None], tuple[CoverageStatus, str]] = field(default_factory=dict)
+    notes: dict[tuple[str, str | None], tuple[CoverageStatus, CoverageNote]] = field(
+        default_factory=dict
+    )
     tmpdir: Path | None = None
 
-    def note(self, stream: Stream, node: str | None, status: CoverageStatus, reason: str) -> None:
-        self.notes[(stream.value, node)] = (status, reason)
+    def note(
+        self, stream: Stream, node: str | None, status: CoverageStatus, note: CoverageNote
+    ) -> None:
+        self.notes[(stream.value, node)] = (status, note)
 
     def adjust(self, coverage: Coverage) -> Coverage:
         """Put the recorded status and reason on a coverage entry whose source had no file
@@ -82,12 +86,11 @@ class Collection:
         found = self.notes.get((coverage.stream.value, coverage.node))
         if found is None:
             return coverage
-        status, reason = found
+        status, note = found
         if coverage.status is CoverageStatus.MISSING:
-            return dataclasses.replace(coverage, status=status, reason=reason)
+            return dataclasses.replace(coverage, status=status, notes=(note,), reason=note.text)
         if status is CoverageStatus.OK:
-            joined = "; ".join(x for x in (coverage.reason, reason) if x)
-            return dataclasses.replace(coverage, reason=joined)
+            return coverage.noted(note)
         return coverage
 
     def close(self) -> None:
@@ -142,10 +145,10 @@ def _file_spec(
     files, old = _recent_files(_matches(templates, values), not_before)
     col.specs.append(SourceSpec(stream=stream, node=node, paths=files, trust=trust))
     if not files:
-        reason = f"no file matches {shown}"
+        note = CoverageNote("no_match", {"templates": shown})
         if old:
-            reason = f"{old} file(s) matching {shown} end before the job window"
-        col.note(stream, node, CoverageStatus.MISSING, reason)
+            note = CoverageNote("files_before_window", {"count": old, "templates": shown})
+        col.note(stream, node, CoverageStatus.MISSING, note)
 
 
 def _journal_specs(
@@ -160,11 +163,11 @@ def _journal_specs(
     files, old = _recent_files(_matches(templates, values), not_before)
     col.specs.extend(journal_specs(files, node))
     if not files:
-        reason = f"no journal file matches {shown}"
+        note = CoverageNote("no_journal_match", {"templates": shown})
         if old:
-            reason = f"{old} journal file(s) matching {shown} end before the job window"
+            note = CoverageNote("journal_files_before_window", {"count": old, "templates": shown})
         for stream in (Stream.KERNEL, Stream.SYSLOG):
-            col.note(stream, node, CoverageStatus.MISSING, reason)
+            col.note(stream, node, CoverageStatus.MISSING, note)
 
 
 def job_owner_uid(job: JobRecord) -> int | None:
@@ -306,7 +309,7 @@ def _job_output(col: Collection, job: JobRecord, config: Config) -> None:
     if not config.job_output.read:
         for stream in (Stream.JOB_STDOUT, Stream.JOB_STDERR):
             col.specs.append(SourceSpec(stream=stream, node=None))
-            col.note(stream, None, CoverageStatus.MISSING, "job output reading is turned off")
+            col.note(stream, None, CoverageStatus.MISSING, CoverageNote("job_output_off"))
         return
     outputs: list[tuple[Stream, str | None]] = [(Stream.JOB_STDOUT, job.std_out)]
     if job.std_err and job.std_err != job.std_out:
@@ -316,16 +319,18 @@ def _job_output(col: Collection, job: JobRecord, config: Config) -> None:
         spec = SourceSpec(stream=stream, node=None)
         col.specs.append(spec)
         if not path:
-            col.note(stream, None, CoverageStatus.MISSING, "Slurm gave no output path")
+            col.note(stream, None, CoverageStatus.MISSING, CoverageNote("no_output_path"))
             continue
         if path == "/dev/null":
-            col.note(stream, None, CoverageStatus.EMPTY, "the job wrote this stream to /dev/null")
+            col.note(stream, None, CoverageStatus.EMPTY, CoverageNote("dev_null"))
             continue
         if not path.startswith("/"):
-            col.note(stream, None, CoverageStatus.UNREADABLE, f"{path}: not an absolute path")
+            note = CoverageNote("relative_path", {"file": path})
+            col.note(stream, None, CoverageStatus.UNREADABLE, note)
             continue
         if uid is None:
-            col.note(stream, None, CoverageStatus.UNREADABLE, f"{path}: job owner unknown")
+            note = CoverageNote("owner_unknown", {"file": path})
+            col.note(stream, None, CoverageStatus.UNREADABLE, note)
             continue
         if col.tmpdir is None:
             col.tmpdir = Path(tempfile.mkdtemp(prefix="attribution-job-"))
@@ -338,7 +343,7 @@ def _job_output(col: Collection, job: JobRecord, config: Config) -> None:
                 if str(exc) == "file does not exist"
                 else CoverageStatus.UNREADABLE
             )
-            col.note(stream, None, status, f"{path}: {exc}")
+            col.note(stream, None, status, CoverageNote("refused", {"file": path, "why": str(exc)}))
             continue
         spec.paths = [dest]
         spec.display = [path]
@@ -348,7 +353,7 @@ def _job_output(col: Collection, job: JobRecord, config: Config) -> None:
                 stream,
                 None,
                 CoverageStatus.OK,
-                f"only the last {copied} bytes were read (job_output.max_bytes)",
+                CoverageNote("tail_only", {"bytes": copied}),
             )
 
 
@@ -384,7 +389,7 @@ def collect(job: JobRecord, config: Config) -> Collection:
                         stream,
                         node,
                         CoverageStatus.MISSING,
-                        f"no path template for {key} in the configuration (logs.{key})",
+                        CoverageNote("no_template", {"key": key}),
                     )
             continue
         if per_node:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -497,13 +497,104 @@ class Alternative:
     priority: int
 
 
+# What a coverage note says, by its code: a ``str.format`` template over the note's args.
+# The codes and args are part of the verdict JSON (docs/verdict.md, "Coverage notes"): add
+# codes, never change what one means.
+COVERAGE_NOTES: Mapping[str, str] = {
+    # a source and its files
+    "no_file": "no file for this source",
+    "unreadable": "{file}: {error}",
+    "read_error": "{file}: read error after {lines} lines: {error}",
+    "reader_failed": "reader failed: {error}",
+    "more_notes": "and {count} more such note(s)",
+    # damaged or odd lines
+    "long_lines": "{count} over-long line(s) cut at {max_line} bytes",
+    "nul_bytes": "{count} line(s) with NUL bytes",
+    "odd_prefix": "{count} line(s) with an unreadable prefix read as text",
+    # node clocks
+    "earlier_boot": "{count} line(s) from a boot before the node's last one (which began before"
+    " the job) were skipped as outside the job window",
+    "uptime_only": "{count} line(s) carry only kernel uptime and no boot time is known: signals"
+    " from them are untimed",
+    "clock_ahead": "{file}: every line is stamped after the job window (from {first}); if this"
+    " node's clock runs ahead, its events during the job are hidden",
+    "clock_went_back": "{file}: the clock went back after byte {offset} (lines stamped {last},"
+    " later {back}); read to the end",
+    # reading by the job window
+    "file_outside_window": "{file}: skipped, its lines are outside the job window",
+    "window_start": "{file}: read from byte {offset}, the start of the job window",
+    "past_window": "{file}: stopped at byte {offset}, past the job window",
+    # systemd journals
+    "journalctl_missing": "journalctl is not installed: journal files cannot be read",
+    "journalctl_failed": "cannot run journalctl: {error}",
+    "journalctl_error": "journalctl: {error}",
+    "not_journal_entry": "{file}:{line}: not a journal entry, skipped",
+    "journal_mixed_trust": "mixed trust, judged per entry: root's processes' entries are trusted,"
+    " users' are not (the source as a whole is listed as untrusted)",
+    "no_entries": "no entries of this kind in the job's window",
+    # evidence bundles
+    "outside_bundle": "{file}: not a directory inside the bundle, not read",
+    "cannot_list": "{file}: cannot list: {error}",
+    "link_out_of_bundle": "{file}: a link out of the bundle, not followed",
+    "not_regular_file": "{file}: not a regular file, not read",
+    "not_host_name": "{file}: not a host name, not read",
+    "bad_node_name": "node name {node!r} is not a host name; its logs not read",
+    "unknown_log_name": "{file}: unknown log name, not read",
+    # a live job's logs (the worker's configuration)
+    "no_template": "no path template for {key} in the configuration (logs.{key})",
+    "no_match": "no file matches {templates}",
+    "files_before_window": "{count} file(s) matching {templates} end before the job window",
+    "no_journal_match": "no journal file matches {templates}",
+    "journal_files_before_window": "{count} journal file(s) matching {templates} end before the"
+    " job window",
+    "job_output_off": "job output reading is turned off",
+    "no_output_path": "Slurm gave no output path",
+    "dev_null": "the job wrote this stream to /dev/null",
+    "relative_path": "{file}: not an absolute path",
+    "owner_unknown": "{file}: job owner unknown",
+    "refused": "{file}: {why}",
+    "tail_only": "only the last {bytes} bytes were read (job_output.max_bytes)",
+    # the analysis
+    "ownership_unchecked": "ownership not checked: {why}",
+    "folded": "{count} signal(s) beyond the per-node bound of distinct ranks or events were"
+    " counted, but their rank and field detail was not kept",
+    "regex_timeout": "{count} line(s) skipped by {rule}: its pattern ran out of time (after 20"
+    " such lines a rule is not tried again in the job)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageNote:
+    """One remark of a coverage entry, for programs: a ``code`` from ``COVERAGE_NOTES`` and
+    the values it names (``args``: file names, byte offsets, counts). ``text`` is the sentence
+    people read, made from both."""
+
+    code: str
+    args: Mapping[str, int | str] = field(default_factory=dict, hash=False)
+
+    @property
+    def text(self) -> str:
+        template = COVERAGE_NOTES.get(self.code)
+        if template is None:  # a code of a newer version, read back from its JSON
+            shown = ", ".join(f"{k}={v}" for k, v in self.args.items())
+            return f"{self.code} ({shown})" if shown else self.code
+        return template.format_map(self.args)
+
+
+def join_notes(notes: Iterable[CoverageNote]) -> str | None:
+    """The ``reason`` sentence of a coverage entry with these notes (None without notes)."""
+    return "; ".join(n.text for n in notes) or None
+
+
 @dataclass(frozen=True, slots=True)
 class Coverage:
     """What we could read of one source (stream x node).
 
     ``bytes`` and ``lines`` count what was read; ``untimed`` lines could not be
     placed in time; ``outside_window`` lines were read but fell outside the
-    job window; ``reason`` explains anything that is not ``ok``.
+    job window; ``reason`` explains anything that is not ``ok``, in words; ``notes``
+    says the same for programs, one ``CoverageNote`` (code and args) per remark.
+    Made with ``notes`` and no ``reason``, the reason is their sentences joined.
     """
 
     stream: Stream
@@ -515,12 +606,29 @@ class Coverage:
     untimed: int = 0
     outside_window: int = 0
     reason: str | None = None
+    notes: tuple[CoverageNote, ...] = ()
     trust: Trust | None = None
     # the time span the source is known to have been recording (first and last stamped line
     # seen; for a journal, its first and last entry of any kind): a trusted source that recorded
     # past a moment and lacks a line at that moment did not see it happen
     first_at: datetime | None = None
     last_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.reason is None and self.notes:
+            object.__setattr__(self, "reason", join_notes(self.notes))
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        """The codes of this entry's notes, in order."""
+        return tuple(n.code for n in self.notes)
+
+    def noted(self, *notes: CoverageNote) -> Coverage:
+        """This entry with ``notes`` added (to its reason too)."""
+        if not notes:
+            return self
+        reason = "; ".join([*([self.reason] if self.reason else []), *(n.text for n in notes)])
+        return dataclasses.replace(self, notes=(*self.notes, *notes), reason=reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from attribution.model import (
     ChainRole,
     Confidence,
     Coverage,
+    CoverageNote,
     CoverageStatus,
     GpuError,
     Responsible,
@@ -34,6 +35,15 @@ _TRUST = frozenset(t.value for t in Trust)
 
 def _t(value: Any) -> datetime | None:
     return parse_iso(str(value)) if value else None
+
+
+def _notes(items: Any) -> tuple[CoverageNote, ...]:
+    """A coverage entry's notes (verdicts stored before notes existed have none)."""
+    return tuple(
+        CoverageNote(str(n["code"]), dict(n.get("args") or {}))
+        for n in items or []
+        if isinstance(n, Mapping) and n.get("code")
+    )
 
 
 def _cause(data: Mapping[str, Any] | None) -> Cause | None:
@@ -119,6 +129,7 @@ def verdict_from_dict(data: Mapping[str, Any]) -> Verdict:
                 untimed=int(c.get("untimed", 0)),
                 outside_window=int(c.get("outside_window", 0)),
                 reason=c.get("reason"),
+                notes=_notes(c.get("notes")),
                 trust=Trust(c["trust"]) if c.get("trust") in _TRUST else None,
                 first_at=_t(c.get("first_at")),
                 last_at=_t(c.get("last_at")),

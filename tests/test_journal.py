@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from attribution.bundle import diagnose_bundle
-from attribution.model import Stream, SubDomain
+from attribution.model import CoverageNote, Stream, SubDomain
 from attribution.rules.compiled import RuleSet
 from attribution.sources.journal import JournalReader, journal_specs
 from attribution.sources.specs import ReadContext
@@ -237,6 +237,6 @@ def test_journal_files_and_saved_exports_side_by_side_are_both_read(tmp_path: Pa
     assert XID in texts and "audit: x" in texts
     (cov,) = reader.coverages()
     assert cov.status.value == "ok", cov
-    assert "journal.jsonl:2: not a journal entry, skipped" in (cov.reason or "")
+    assert CoverageNote("not_journal_entry", {"file": "journal.jsonl", "line": 2}) in cov.notes
     # the binary file's recording span counts too (its entries an hour either side)
     assert cov.first_at is not None and cov.first_at <= T0 - timedelta(minutes=50)

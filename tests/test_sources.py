@@ -10,7 +10,7 @@ from backports import zstd
 
 from attribution.bundle import load_bundle
 from attribution.jobrecord import job_from_dict
-from attribution.model import CoverageStatus, Stream
+from attribution.model import CoverageNote, CoverageStatus, Stream
 from attribution.rules.compiled import RuleSet
 from attribution.scan import read_context
 from attribution.sources.specs import ReadContext, SourceSpec
@@ -59,11 +59,12 @@ def test_damaged_compressed_streams_keep_what_came_before_and_say_so(tmp_path: P
         path.write_bytes(data)
         lines, cov = _read(SourceSpec(Stream.KERNEL, "n1", [path]))
         assert cov.status is CoverageStatus.ERROR, name
-        reason = cov.reason or ""
+        (note,) = cov.notes
+        assert note.code == "read_error" and note.args["file"] == str(path), note
         if name == "gz-then-text":
-            assert "after the end of the gzip stream" in reason
+            assert "after the end of the gzip stream" in str(note.args["error"])
         else:
-            assert "truncated" in reason, (name, reason)
+            assert "truncated" in str(note.args["error"]), (name, note)
         if name != "zst-magic":
             assert any(ln.text.startswith("NVRM: Xid") for ln in lines), name
             assert sum(1 for ln in lines if "line " in ln.text) >= 2000, name
@@ -79,7 +80,7 @@ def test_utf16_log_is_transcoded(tmp_path: Path) -> None:
             data = b"\xfe\xff" + data
         path.write_bytes(data)
         lines, cov = _read(SourceSpec(Stream.KERNEL, "n1", [path]))
-        assert cov.status is CoverageStatus.OK and not cov.reason, encoding
+        assert cov.status is CoverageStatus.OK and not cov.reason and not cov.notes, encoding
         assert [ln.text for ln in lines] == ["a line", XID.rstrip("\n")], encoding
 
 
@@ -94,7 +95,9 @@ def test_coverage_notes_are_capped(tmp_path: Path) -> None:
     spec = next(s for s in bundle.specs if (s.stream, s.node) == (Stream.KERNEL, "n1"))
     _, cov = _read(spec)
     assert cov.status is CoverageStatus.OK
-    assert "junk000.txt" in (cov.reason or "") and "and 490 more" in (cov.reason or "")
+    assert cov.codes == ("unknown_log_name",) * 10 + ("more_notes",)
+    assert cov.notes[0].args == {"file": "nodes/n1/junk000.txt"}
+    assert cov.notes[-1].args == {"count": 490}
     assert len(cov.reason or "") < 2000
 
 
@@ -106,7 +109,10 @@ def test_binary_junk_and_huge_lines_degrade_to_coverage_notes(tmp_path: Path) ->
         fh.write(XID.encode())
     lines, cov = _read(SourceSpec(Stream.KERNEL, "n1", [path]))
     assert cov.status is CoverageStatus.OK
-    assert "over-long" in (cov.reason or "") and "NUL" in (cov.reason or "")
+    assert cov.notes == (
+        CoverageNote("long_lines", {"count": 1, "max_line": 64 * 1024}),
+        CoverageNote("nul_bytes", {"count": 2}),  # each NUL run ends a line: two here
+    )
     assert lines[-1].text.startswith("NVRM: Xid")
     assert all(len(ln.raw) <= 64 * 1024 for ln in lines)
 
@@ -121,15 +127,20 @@ def test_missing_empty_unreadable_and_corrupt(tmp_path: Path) -> None:
     _, unreadable = _read(
         SourceSpec(Stream.JOB_STDOUT, None, [tmp_path / "link.log"], nofollow=True)
     )
-    assert unreadable.status is CoverageStatus.UNREADABLE and unreadable.reason
+    assert unreadable.status is CoverageStatus.UNREADABLE and unreadable.codes == ("unreadable",)
     (tmp_path / "dir.log").mkdir()
     _, notfile = _read(SourceSpec(Stream.KERNEL, "n1", [tmp_path / "dir.log"]))
     assert notfile.status is CoverageStatus.UNREADABLE
+    assert notfile.notes == (
+        CoverageNote(
+            "unreadable", {"file": str(tmp_path / "dir.log"), "error": "not a regular file"}
+        ),
+    )
     noisy = "".join(f"line {i * 7919 % 104729:x} {i}\n" for i in range(20000)).encode()
     whole = gzip.compress(noisy)
     (tmp_path / "bad.gz").write_bytes(whole[: len(whole) // 2])
     _, corrupt = _read(SourceSpec(Stream.KERNEL, "n1", [tmp_path / "bad.gz"]))
-    assert corrupt.status is CoverageStatus.ERROR and "read error" in (corrupt.reason or "")
+    assert corrupt.status is CoverageStatus.ERROR and corrupt.codes == ("read_error",)
 
 
 def test_uptime_lines_get_wall_time_from_a_line_with_both_clocks(tmp_path: Path) -> None:
@@ -171,7 +182,8 @@ def test_bundle_lists_every_node_stream(tmp_path: Path) -> None:
         for stream in (Stream.KERNEL, Stream.SYSLOG, Stream.FABRICMANAGER):
             assert (stream, node) in keys
     kernel_n1 = next(s for s in bundle.specs if (s.stream, s.node) == (Stream.KERNEL, "n1"))
-    assert any("notes.txt" in n for n in kernel_n1.notes)  # said in n1's kernel coverage
+    # said in n1's kernel coverage
+    assert CoverageNote("unknown_log_name", {"file": "nodes/n1/notes.txt"}) in kernel_n1.notes
     assert any("-odd name" in n and "not a host name" in n for n in bundle.notes)
 
 
@@ -193,7 +205,7 @@ def test_known_boot_time_applies_only_after_the_last_boot_banner(tmp_path: Path)
     assert [line.text.split(":")[0] for line in lines] == ["Linux version 6.8.0", "Out of memory"]
     assert lines[0].time == boot
     assert lines[1].time == boot + timedelta(seconds=4228.675982)
-    assert cov.reason is not None and "1 line(s) from a boot before" in cov.reason
+    assert cov.notes == (CoverageNote("earlier_boot", {"count": 1}),)
     # the node booted during the job: the earlier boot's lines are kept, honestly untimed
     during = ReadContext(reference=boot - timedelta(hours=1), boot_times={"n1": boot})
     lines, cov = _read(spec, during)
@@ -221,7 +233,8 @@ def test_a_clock_set_ahead_at_boot_does_not_hide_the_window(tmp_path: Path) -> N
     ctx = ReadContext(reference=window[0], window=window, seek_threshold=0)
     lines, cov = _read(SourceSpec(Stream.KERNEL, "n1", [path]), ctx)
     assert any("Xid" in line.text for line in lines)
-    assert cov.reason is not None and "the clock went back" in cov.reason
+    assert cov.codes == ("clock_went_back",), cov.reason
+    assert cov.notes[0].args["back"] == "2026-01-01 09:51Z"
 
 
 def test_times_off_the_calendar_are_untimed_not_fatal(tmp_path: Path) -> None:

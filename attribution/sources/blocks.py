@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from attribution.model import Stream
+from attribution.model import CoverageNote, Stream
 from attribution.sources.clock import PROBE
 from attribution.sources.coverage import Span
 from attribution.sources.lastoutput import Tail
@@ -52,7 +52,7 @@ def read_blocks(
     ctx: ReadContext,
     stream: Stream,
     windowed: bool,
-    notes: list[str],
+    notes: list[CoverageNote],
     span: Span,
     tail: Tail | None = None,
 ) -> Iterator[RawLine]:
@@ -70,7 +70,7 @@ def read_blocks(
         assert isinstance(handle, io.FileIO)
         base = seek_window(handle, stats, target, ctx)
         if base:
-            notes.append(f"{shown}: read from byte {base}, the start of the job window")
+            notes.append(CoverageNote("window_start", {"file": shown, "offset": base}))
             span.add(target)  # the bisection found lines stamped before it
     stop = window_stop(ctx) if windowed else None
     lineno = 0
@@ -88,7 +88,9 @@ def read_blocks(
             data = handle.read(size)
             size = min(WINDOW_MAX if stop is not None else CHUNK, size * 2)
         except DECODE_ERRORS as exc:
-            stats.error = f"read error after {stats.lines} lines: {exc}"
+            stats.error = CoverageNote(
+                "read_error", {"file": shown, "lines": stats.lines, "error": str(exc)}
+            )
             return
         if b"\x00" in data:
             # a crash leaves NUL padding where lost data was, and the next message follows it

@@ -29,7 +29,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from attribution.hostlist import short_name
-from attribution.model import Coverage, CoverageStatus, LogLine, SourceRef, Stream, Trust
+from attribution.model import (
+    Coverage,
+    CoverageNote,
+    CoverageStatus,
+    LogLine,
+    SourceRef,
+    Stream,
+    Trust,
+)
 from attribution.sources.coverage import MAX_NOTES, Span
 from attribution.sources.specs import EveryLine, ReadContext, SourceSpec
 
@@ -87,9 +95,9 @@ class JournalReader:
         self.lines_read = 0
         self.bytes_read = 0
         self.per_node: dict[str | None, int] = {}
-        self.errors: list[str] = []
-        self.notes: list[str] = list(spec.notes)
-        self.unreadable: list[str] = [spec.problem] if spec.problem else []
+        self.errors: list[CoverageNote] = []
+        self.notes: list[CoverageNote] = list(spec.notes)
+        self.unreadable: list[CoverageNote] = [spec.problem] if spec.problem else []
         self.span = Span()  # when the files were recording
 
     def _names(self) -> list[str]:
@@ -117,7 +125,9 @@ class JournalReader:
                 env={"LC_ALL": "C", "PATH": "/usr/bin:/bin", "SYSTEMD_COLORS": "0"},
             )
         except OSError as exc:
-            self.unreadable.append(f"cannot run journalctl: {exc.strerror or exc}")
+            self.unreadable.append(
+                CoverageNote("journalctl_failed", {"error": str(exc.strerror or exc)})
+            )
             return
         assert proc.stdout is not None
         assert proc.stderr is not None
@@ -142,7 +152,7 @@ class JournalReader:
             proc.stderr.close()
         if rc != 0:
             last = err.strip().splitlines()[-1] if err.strip() else f"exit code {rc}"
-            self.errors.append(f"journalctl: {last}")
+            self.errors.append(CoverageNote("journalctl_error", {"error": last}))
 
     def _recording_span(self, tool: str, start: datetime | None) -> None:
         """When the files were recording: an entry (of any kind) at or before ``start``, and
@@ -167,7 +177,11 @@ class JournalReader:
             try:
                 handle = path.open("rb")
             except OSError as exc:
-                self.unreadable.append(f"{path.name}: {exc.strerror or exc}")
+                self.unreadable.append(
+                    CoverageNote(
+                        "unreadable", {"file": path.name, "error": str(exc.strerror or exc)}
+                    )
+                )
                 continue
             with handle:
                 for number, raw in enumerate(handle, 1):
@@ -175,7 +189,9 @@ class JournalReader:
                     try:
                         entry = json.loads(raw)
                     except (ValueError, RecursionError):
-                        self.notes.append(f"{path.name}:{number}: not a journal entry, skipped")
+                        self.notes.append(
+                            CoverageNote("not_journal_entry", {"file": path.name, "line": number})
+                        )
                         continue
                     if not isinstance(entry, dict):
                         continue
@@ -196,7 +212,7 @@ class JournalReader:
         binary = bool(self._binary())
         tool = journalctl()
         if tool is None and binary:
-            self.unreadable.append("journalctl is not installed: journal files cannot be read")
+            self.unreadable.append(CoverageNote("journalctl_missing"))
             return
         args = list(KERNEL_MATCH if kernel else OTHER_MATCH)
         start = end = None
@@ -267,10 +283,7 @@ class JournalReader:
         """One entry, or one per job node for a journal of many hosts."""
         reasons = self.notes[:MAX_NOTES]
         if self.spec.stream is Stream.SYSLOG:
-            reasons.append(
-                "mixed trust, judged per entry: root's processes' entries are trusted, users'"
-                " are not (the source as a whole is listed as untrusted)"
-            )
+            reasons.append(CoverageNote("journal_mixed_trust"))
         if self.unreadable:
             status = (
                 CoverageStatus.UNREADABLE
@@ -280,13 +293,13 @@ class JournalReader:
             reasons[:0] = self.unreadable
         elif not self.spec.paths:
             status = CoverageStatus.MISSING
-            reasons.insert(0, "no file for this source")
+            reasons.insert(0, CoverageNote("no_file"))
         elif self.errors:
             status = CoverageStatus.ERROR
             reasons[:0] = self.errors
         elif self.lines_read == 0:
             status = CoverageStatus.EMPTY
-            reasons.insert(0, "no entries of this kind in the job's window")
+            reasons.insert(0, CoverageNote("no_entries"))
         else:
             status = CoverageStatus.OK
         trust = Trust.TRUSTED if self.spec.stream is Stream.KERNEL else Trust.UNTRUSTED
@@ -303,7 +316,7 @@ class JournalReader:
                 files=tuple(self._names()),
                 bytes=self.bytes_read if len(nodes) == 1 else 0,
                 lines=self.per_node.get(node, self.lines_read if len(nodes) == 1 else 0),
-                reason="; ".join(reasons) or None,
+                notes=tuple(reasons),
                 trust=trust,
                 first_at=self.span.first,
                 last_at=self.span.last,

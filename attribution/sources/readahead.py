@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from attribution.model import Coverage, LogLine
+from attribution.model import Coverage, CoverageNote, LogLine
 from attribution.sources.journal import JournalReader
 from attribution.sources.specs import ReadContext, SourceSpec
 from attribution.sources.textlog import SourceReader
@@ -20,7 +20,7 @@ class Reader(Protocol):
     """What ``read_sources`` gives for each source: its lines, then its coverage."""
 
     spec: SourceSpec
-    errors: list[str]
+    errors: list[CoverageNote]
 
     def lines(self) -> Iterator[LogLine]: ...
 
@@ -53,7 +53,7 @@ def read_sources(
                 try:
                     yield from reader.lines()
                 except Exception as exc:  # a reader must never take the whole read down
-                    reader.errors.append(f"reader failed: {exc}")
+                    reader.errors.append(CoverageNote("reader_failed", {"error": str(exc)}))
 
         return readers, chain()
     return readers, _read_ahead(readers, workers, queue_lines)
@@ -80,7 +80,7 @@ def _read_ahead(readers: list[Reader], workers: int, queue_lines: int) -> Iterat
                 if stop.is_set():
                     return
         except Exception as exc:  # a reader must never take the whole read down
-            readers[index].errors.append(f"reader failed: {exc}")
+            readers[index].errors.append(CoverageNote("reader_failed", {"error": str(exc)}))
         finally:
             with contextlib.suppress(queue.Full):
                 out.put(_DONE, timeout=1.0 if stop.is_set() else None)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attribution.errors import SourceError
+from attribution.model import CoverageNote
 
 if sys.version_info >= (3, 14):
     from compression import zstd
@@ -44,13 +45,14 @@ LogHandle = io.RawIOBase | io.BufferedIOBase
 
 @dataclass(slots=True)
 class ReadStats:
-    """What was read from one file: bytes (decompressed), lines, lines cut, lines with NULs."""
+    """What was read from one file: bytes (decompressed), lines, lines cut, lines with NULs,
+    and the error that ended the read early."""
 
     bytes: int = 0
     lines: int = 0
     truncated: int = 0
     binary_lines: int = 0
-    error: str | None = None
+    error: CoverageNote | None = None
 
 
 def open_log(path: Path, *, nofollow: bool = False) -> LogHandle:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import Protocol
 
-from attribution.model import DEFAULT_TRUST, Stream, Trust
+from attribution.model import DEFAULT_TRUST, CoverageNote, Stream, Trust
 from attribution.sources.reader import DEFAULT_MAX_LINE
 
 
@@ -32,8 +32,8 @@ class SourceSpec:
     nofollow: bool = False
     owner_uid: int | None = None
     max_bytes: int | None = None
-    notes: list[str] = field(default_factory=list)
-    problem: str | None = None
+    notes: list[CoverageNote] = field(default_factory=list)
+    problem: CoverageNote | None = None
     trust: Trust | None = None  # None: what the stream is by default (``DEFAULT_TRUST``)
     kind: str = "file"  # "file": plain or compressed text; "journal": systemd journal files
 

@@ -17,7 +17,15 @@ from pathlib import Path
 
 from attribution.errors import SourceError
 from attribution.hostlist import short_name
-from attribution.model import Coverage, CoverageStatus, LogLine, SourceRef, Stream, Trust
+from attribution.model import (
+    Coverage,
+    CoverageNote,
+    CoverageStatus,
+    LogLine,
+    SourceRef,
+    Stream,
+    Trust,
+)
 from attribution.sources.blocks import RawLine, read_blocks, skip_to_tail
 from attribution.sources.clock import BootClock, count_banners, first_time
 from attribution.sources.coverage import MAX_NOTES, Span
@@ -43,9 +51,9 @@ class SourceReader:
         self.spec = spec
         self.ctx = ctx
         self.stats: list[ReadStats] = []
-        self.errors: list[str] = []
-        self.unreadable: list[str] = [spec.problem] if spec.problem else []
-        self.notes: list[str] = list(spec.notes)
+        self.errors: list[CoverageNote] = []
+        self.unreadable: list[CoverageNote] = [spec.problem] if spec.problem else []
+        self.notes: list[CoverageNote] = list(spec.notes)
         self.missing = not spec.paths and not spec.problem
         self.uptime_only = 0  # kernel uptime stamps we could not turn into wall-clock time
         self.earlier_boot = 0  # uptime-only lines of a boot that ended before the job window
@@ -72,14 +80,16 @@ class SourceReader:
             )
         for index, (path, shown) in enumerate(zip(self.spec.paths, names, strict=True)):
             if firsts and outside_window(index, firsts, self.ctx):
-                self.notes.append(f"{shown}: skipped, its lines are outside the job window")
+                self.notes.append(CoverageNote("file_outside_window", {"file": shown}))
                 continue
             stats = ReadStats()
             self.stats.append(stats)
             try:
                 handle = self._open(path)
             except SourceError as exc:
-                self.unreadable.append(f"{shown}: {exc.message}")
+                self.unreadable.append(
+                    CoverageNote("unreadable", {"file": shown, "error": exc.message})
+                )
                 continue
             tail = Tail() if wants_last_output(self.spec, self.ctx) else None
             with handle:
@@ -100,7 +110,7 @@ class SourceReader:
                 if last is not None:
                     yield last
             if stats.error:
-                self.errors.append(f"{shown}: {stats.error}")
+                self.errors.append(stats.error)
 
     def coverages(self) -> list[Coverage]:
         """This source's coverage entries (one; a journal of many hosts gives one per node)."""
@@ -110,30 +120,26 @@ class SourceReader:
         """The coverage entry for this source (call after ``lines()`` is exhausted)."""
         total_bytes = sum(s.bytes for s in self.stats)
         total_lines = sum(s.lines for s in self.stats)
-        reasons: list[str] = self.notes[:MAX_NOTES]
+        reasons: list[CoverageNote] = self.notes[:MAX_NOTES]
         if len(self.notes) > MAX_NOTES:
-            reasons.append(f"and {len(self.notes) - MAX_NOTES} more such note(s)")
+            reasons.append(CoverageNote("more_notes", {"count": len(self.notes) - MAX_NOTES}))
         truncated = sum(s.truncated for s in self.stats)
         binary = sum(s.binary_lines for s in self.stats)
         if truncated:
-            reasons.append(f"{truncated} over-long line(s) cut at {self.ctx.max_line} bytes")
+            reasons.append(
+                CoverageNote("long_lines", {"count": truncated, "max_line": self.ctx.max_line})
+            )
         if binary:
-            reasons.append(f"{binary} line(s) with NUL bytes")
+            reasons.append(CoverageNote("nul_bytes", {"count": binary}))
         if self.odd_prefixes:
-            reasons.append(f"{self.odd_prefixes} line(s) with an unreadable prefix read as text")
+            reasons.append(CoverageNote("odd_prefix", {"count": self.odd_prefixes}))
         if self.earlier_boot:
-            reasons.append(
-                f"{self.earlier_boot} line(s) from a boot before the node's last one (which began"
-                " before the job) were skipped as outside the job window"
-            )
+            reasons.append(CoverageNote("earlier_boot", {"count": self.earlier_boot}))
         if self.uptime_only:
-            reasons.append(
-                f"{self.uptime_only} line(s) carry only kernel uptime and no boot time is known:"
-                " signals from them are untimed"
-            )
+            reasons.append(CoverageNote("uptime_only", {"count": self.uptime_only}))
         if self.missing:
             status = CoverageStatus.MISSING
-            reasons.insert(0, "no file for this source")
+            reasons.insert(0, CoverageNote("no_file"))
         elif self.unreadable and len(self.unreadable) >= len(self.spec.paths):
             status = CoverageStatus.UNREADABLE
             reasons[:0] = self.unreadable
@@ -153,7 +159,7 @@ class SourceReader:
             files=tuple(self._names()),
             bytes=total_bytes,
             lines=total_lines,
-            reason="; ".join(reasons) or None,
+            notes=tuple(reasons),
             trust=self.spec.trust_level,
             first_at=self.span.first,
             last_at=self.span.last,

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from attribution.model import CoverageNote
 from attribution.sources.clock import PROBE, clock_goes_back, first_stamp, last_stamp
 from attribution.sources.reader import LogHandle, ReadStats
 from attribution.sources.specs import ReadContext
@@ -105,7 +106,7 @@ class PastWindow:
 
     stop: bool
     last: datetime
-    note: str
+    note: CoverageNote
 
 
 def past_window(
@@ -131,16 +132,23 @@ def past_window(
             return PastWindow(
                 True,
                 last,
-                f"{shown}: every line is stamped after the job window (from"
-                f" {first:%Y-%m-%d %H:%M}Z); if this node's clock runs ahead,"
-                " its events during the job are hidden",
+                CoverageNote("clock_ahead", {"file": shown, "first": f"{first:%Y-%m-%d %H:%M}Z"}),
             )
-        return PastWindow(True, last, f"{shown}: stopped at byte {offset}, past the job window")
+        return PastWindow(
+            True, last, CoverageNote("past_window", {"file": shown, "offset": offset})
+        )
     # a clock set ahead (a node booted with a wrong RTC, then NTP stepped it
     # back): later lines are inside the window after all; read on to the end
     return PastWindow(
         False,
         last,
-        f"{shown}: the clock went back after byte {offset} (lines stamped"
-        f" {last:%Y-%m-%d %H:%M}Z, later {back:%Y-%m-%d %H:%M}Z); read to the end",
+        CoverageNote(
+            "clock_went_back",
+            {
+                "file": shown,
+                "offset": offset,
+                "last": f"{last:%Y-%m-%d %H:%M}Z",
+                "back": f"{back:%Y-%m-%d %H:%M}Z",
+            },
+        ),
     )

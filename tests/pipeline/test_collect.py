@@ -11,7 +11,7 @@ import pytest
 
 from attribution.collect import Refused, collect, copy_job_output
 from attribution.config import Config
-from attribution.model import CoverageStatus, JobRecord, Stream
+from attribution.model import CoverageNote, CoverageStatus, JobRecord, Stream
 from attribution.sources.readahead import read_sources
 from attribution.sources.specs import ReadContext
 
@@ -78,27 +78,29 @@ def test_node_logs_rotations_and_window(tmp_path: Path) -> None:
     assert node1.status is CoverageStatus.OK  # type: ignore[attr-defined]
     node2 = cov[("kernel", "node2")]
     assert node2.status is CoverageStatus.MISSING  # type: ignore[attr-defined]
-    assert "no file matches" in node2.reason  # type: ignore[attr-defined]
-    assert cov[("syslog", "node1")].reason.startswith("no path template")  # type: ignore[attr-defined]
+    assert node2.codes == ("no_match",)  # type: ignore[attr-defined]
+    assert cov[("syslog", "node1")].notes == (CoverageNote("no_template", {"key": "syslog"}),)  # type: ignore[attr-defined]
     assert cov[("slurmctld", None)].status is CoverageStatus.MISSING  # type: ignore[attr-defined]
     assert cov["_lines"] == ["rotated", "current", "job says hi"]
     assert ("job_stderr", None) not in cov  # StdErr is the same file as StdOut
 
 
 def refused(tmp_path: Path, j: JobRecord, cfg: Config | None = None) -> str:
+    """``status code why``: why job output was not read (``why`` for the code ``refused``)."""
     with collect(j, cfg or config(tmp_path)) as col:
         cov = read_all(col, j)
     entry = cov[("job_stdout", None)]
     assert entry.files == ()  # type: ignore[attr-defined]
     assert cov["_lines"] == []
-    return f"{entry.status.value}: {entry.reason}"  # type: ignore[attr-defined]
+    (note,) = entry.notes  # type: ignore[attr-defined]
+    return f"{entry.status.value} {note.code} {note.args.get('why', '')}".strip()  # type: ignore[attr-defined]
 
 
 def test_symlink_is_not_followed(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("root only\n")
     (tmp_path / "out.log").symlink_to(secret)
-    assert "symbolic link" in refused(tmp_path, job(tmp_path))
+    assert refused(tmp_path, job(tmp_path)) == "unreadable refused is a symbolic link; not followed"
 
 
 def test_file_of_another_user(tmp_path: Path) -> None:
@@ -107,33 +109,37 @@ def test_file_of_another_user(tmp_path: Path) -> None:
     out = tmp_path / "out.log"
     out.write_text("not yours\n")
     os.chown(out, OTHER_UID, OTHER_UID)
-    assert "owned by uid 4242" in refused(tmp_path, job(tmp_path))
+    assert refused(tmp_path, job(tmp_path)).startswith("unreadable refused owned by uid 4242")
 
 
 def test_fifo_does_not_block(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "out.log")
-    assert "not a regular file" in refused(tmp_path, job(tmp_path))
+    assert refused(tmp_path, job(tmp_path)) == "unreadable refused not a regular file"
 
 
 def test_device_and_dev_null(tmp_path: Path) -> None:
-    assert "not a regular file" in refused(tmp_path, job(tmp_path, std_out="/dev/zero"))
+    zero = refused(tmp_path, job(tmp_path, std_out="/dev/zero"))
+    assert zero == "unreadable refused not a regular file"
     with collect(job(tmp_path, std_out="/dev/null", std_err="/dev/null"), config(tmp_path)) as c:
         cov = read_all(c, job(tmp_path))
     assert cov[("job_stdout", None)].status is CoverageStatus.EMPTY  # type: ignore[attr-defined]
+    assert cov[("job_stdout", None)].codes == ("dev_null",)  # type: ignore[attr-defined]
 
 
 def test_compressed_output_is_refused(tmp_path: Path) -> None:
     (tmp_path / "out.log").write_bytes(gzip.compress(b"x" * 1000))
-    assert "compressed" in refused(tmp_path, job(tmp_path))
+    assert (
+        refused(tmp_path, job(tmp_path)) == "unreadable refused compressed job output is not read"
+    )
 
 
 def test_missing_output_and_unknown_owner(tmp_path: Path) -> None:
-    assert refused(tmp_path, job(tmp_path)).startswith("missing: ")
+    assert refused(tmp_path, job(tmp_path)) == "missing refused file does not exist"
     (tmp_path / "out.log").write_text("x\n")
     no_owner = job(tmp_path, uid=None, user="no-such-user-here")
-    assert "job owner unknown" in refused(tmp_path, no_owner)
+    assert refused(tmp_path, no_owner) == "unreadable owner_unknown"
     off = config(tmp_path, job_output={"read": False})
-    assert "turned off" in refused(tmp_path, job(tmp_path), off)
+    assert refused(tmp_path, job(tmp_path), off) == "missing job_output_off"
 
 
 def test_huge_output_keeps_the_tail(tmp_path: Path) -> None:
@@ -152,7 +158,7 @@ def test_huge_output_keeps_the_tail(tmp_path: Path) -> None:
     assert not tmp.exists()  # the private copy is gone
     entry = cov[("job_stdout", None)]
     assert entry.files == (str(out),)  # type: ignore[attr-defined]
-    assert "only the last 65536 bytes" in entry.reason  # type: ignore[attr-defined]
+    assert CoverageNote("tail_only", {"bytes": 65536}) in entry.notes  # type: ignore[attr-defined]
     assert cov["_lines"][-1] == "ValueError: the end"
 
 
