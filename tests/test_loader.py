@@ -296,7 +296,7 @@ select:
         (_DIAG.format(signal="-5"), "signal must be a signal number"),
         (_CORR.format(op="outlier", extra="field: version\nsplit: 'yes'\n"), "valid boolean"),
         (_CORR.format(op="vote", extra="field: peer\nsplit: true\n"), "unknown key 'split'"),
-        (_CORR.format(op="desync", extra="field: seq\n"), "takes no field"),
+        (_CORR.format(op="desync", extra="field: seq\n"), "unknown key 'field'"),
     ],
 )
 def test_new_rule_keys_reject_wrong_values_with_file_and_line(
