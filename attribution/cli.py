@@ -284,7 +284,7 @@ def simulate(args: tuple[str, ...], sweep_n: int | None, seed: int, force: bool)
     sattr simulate --sweep N --seed S OUTDIR  N varied scenarios drawn from seed S
     Then score them: sattr backtest OUTDIR
     """
-    from attribution.simulate import load_scenarios, sweep, write_bundle
+    from attribution.sim import load_scenarios, sweep, write_bundle
 
     want = 1 if sweep_n is not None else 2
     if len(args) != want:

@@ -14,7 +14,7 @@ import pytest
 
 from attribution.bundle import diagnose_bundle
 from attribution.rules.compiled import RuleSet
-from attribution.simulate import load_scenarios, write_bundle
+from attribution.sim import load_scenarios, write_bundle
 
 from .conftest import CASES, TESTS
 

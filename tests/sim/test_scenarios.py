@@ -16,8 +16,9 @@ import pytest
 
 from attribution.backtest import score_case
 from attribution.bundle import diagnose_bundle
+from attribution.hostlist import expand
 from attribution.rules.compiled import RuleSet
-from attribution.simulate import CHAINS, Scenario, expand_hostlist, load_scenarios, write_bundle
+from attribution.sim import CHAINS, Scenario, load_scenarios, write_bundle
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 SCENARIOS: list[tuple[Path, Scenario]] = [
@@ -59,7 +60,7 @@ def test_every_chain_has_a_named_scenario() -> None:
 
 
 def test_named_scenarios_span_2_to_1024_nodes() -> None:
-    sizes = [len(expand_hostlist(s.nodes)) for _, s in SCENARIOS]
+    sizes = [len(expand(s.nodes)) for _, s in SCENARIOS]
     assert len(SCENARIOS) >= 40
     assert min(sizes) == 2
     assert max(sizes) == 1024

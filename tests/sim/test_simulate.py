@@ -1,9 +1,11 @@
-"""Unit tests of the scenario simulator itself (attribution/simulate.py)."""
+"""Unit tests of the scenario simulator itself (the attribution.sim package)."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,14 +18,13 @@ from click.testing import CliRunner
 
 from attribution.bundle import diagnose_bundle
 from attribution.cli import main
+from attribution.hostlist import compress, expand
 from attribution.model import CoverageStatus, Stream
 from attribution.rules.compiled import RuleSet
-from attribution.simulate import (
+from attribution.sim import (
     CHAINS,
     FaultSpec,
     Scenario,
-    compress_hostlist,
-    expand_hostlist,
     format_line,
     generate,
     load_scenarios,
@@ -83,7 +84,7 @@ def test_every_chain_generates_a_consistent_bundle(chain: str) -> None:
     allowed |= {"ambiguous", "unattributed"}
     assert exp.sub_domain in allowed
     assert set(exp.acceptable_sub_domains) <= allowed - {exp.sub_domain}
-    assert set(exp.responsible_nodes) <= set(expand_hostlist("gpu[001-004]"))
+    assert set(exp.responsible_nodes) <= set(expand("gpu[001-004]"))
     assert exp.why
     assert exp.cause
     doc = yaml.safe_load(bundle.files["expected.yaml"])  # type: ignore[arg-type]
@@ -100,32 +101,28 @@ def test_sweep_is_deterministic() -> None:
     assert sweep(30, 3) != sweep(30, 4)
 
 
-# --------------------------------------------------------------------- hostlists
-
-
-@pytest.mark.parametrize(
-    ("expr", "names"),
-    [
-        ("gpu[001-003]", ["gpu001", "gpu002", "gpu003"]),
-        ("gpu[008-010,017],login1", ["gpu008", "gpu009", "gpu010", "gpu017", "login1"]),
-        ("hgx-a[9-11]", ["hgx-a9", "hgx-a10", "hgx-a11"]),
-        ("n1,n1,n2", ["n1", "n2"]),
-    ],
-)
-def test_expand_hostlist(expr: str, names: list[str]) -> None:
-    assert expand_hostlist(expr) == names
-
-
-def test_compress_round_trip() -> None:
-    names = [f"gpu{n:04d}" for n in (*range(1, 129), 200, 202, 203)]
-    assert compress_hostlist(names) == "gpu[0001-0128,0200,0202-0203]"
-    assert expand_hostlist(compress_hostlist(names)) == names
+# --------------------------------------------------------------------- hostlists and zones
+# (the simulator parses node lists with attribution.hostlist, tested in tests/test_hostlist.py)
 
 
 @pytest.mark.parametrize("bad", ["gpu[003-001]", "gpu[1-", "gpu]1["])
 def test_bad_hostlists_are_rejected(bad: str) -> None:
-    with pytest.raises(ValueError, match=r"range|bracket|expand"):
-        expand_hostlist(bad)
+    with pytest.raises(ValueError, match=r"invalid node list .*(range|bracket)"):
+        _scenario(nodes=bad)
+
+
+def test_sweep_node_lists_fold_like_slurm() -> None:
+    """A sweep's node list is folded by attribution.hostlist and expands back to its nodes."""
+    for scenario in sweep(40, 11):
+        names = expand(scenario.nodes)
+        assert len(names) >= 2
+        assert compress(names) == scenario.nodes
+
+
+def test_unknown_timezones_are_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown timezone 'Mars/Olympus'"):
+        _scenario(timezone="Mars/Olympus")
+    assert _scenario(timezone="Europe/Berlin").timezone == "Europe/Berlin"
 
 
 # --------------------------------------------------------------------- line formats
@@ -281,7 +278,7 @@ def test_job_output_is_realistic() -> None:
     out = _text(generate(scenario).files, "job/stdout.log")
     assert "\r" in out  # tqdm redraws
     assert "] NCCL INFO Bootstrap : Using " in out
-    for i, name in enumerate(expand_hostlist("gpu[001-004]")):
+    for i, name in enumerate(expand("gpu[001-004]")):
         assert f"\n{i}: {name}" in out  # srun --label, then NCCL's host:pid:tid prefix
     assert "Init COMPLETE" in out
     assert "Root Cause (first observed failure):" in out
@@ -381,3 +378,13 @@ def test_cli_usage_errors(tmp_path: Path) -> None:
     res = runner.invoke(main, ["simulate", str(bad), str(tmp_path / "o")])
     assert res.exit_code == 1
     assert "sattr: error:" in res.output
+
+
+def test_the_cli_loads_the_simulator_only_for_simulate() -> None:
+    """attribution.sim is test tooling: importing the CLI (every sattr command) leaves it out."""
+    code = (
+        "import sys, attribution.cli; "
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] == ['attribution', 'sim']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

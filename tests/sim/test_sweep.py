@@ -18,9 +18,10 @@ import pytest
 
 from attribution.backtest import CaseResult, Report, score_case
 from attribution.bundle import diagnose_bundle
+from attribution.hostlist import expand
 from attribution.rules.compiled import RuleSet
 from attribution.rules.loader import load_ruleset
-from attribution.simulate import Scenario, expand_hostlist, sweep, write_bundle
+from attribution.sim import Scenario, sweep, write_bundle
 
 SWEEP_SIZE = 200
 SWEEP_SEED = 4
@@ -80,7 +81,7 @@ def _describe(results: list[tuple[Scenario, CaseResult]]) -> str:
 def test_sweep_is_varied() -> None:
     scenarios = sweep(SWEEP_SIZE, SWEEP_SEED)
     chains = Counter(s.fault.chain for s in scenarios)
-    sizes = [len(expand_hostlist(s.nodes)) for s in scenarios]
+    sizes = [len(expand(s.nodes)) for s in scenarios]
     assert len(scenarios) == SWEEP_SIZE
     assert len(chains) >= 20
     assert min(sizes) == 2
@@ -95,7 +96,7 @@ def test_sweep_is_varied() -> None:
 
 
 def _expected_domain(scenario: Scenario) -> str:
-    from attribution.simulate import generate
+    from attribution.sim import generate
 
     return generate(scenario).expected.sub_domain
 
