@@ -18,6 +18,7 @@ from attribution import __version__
 from attribution.history import PriorGpuError, apply_history, gpu_errors
 from attribution.hostlist import compress, short_name
 from attribution.model import (
+    ENGINE_EVENTS,
     JOB_STREAMS,
     Cause,
     ChainEntry,
@@ -30,8 +31,11 @@ from attribution.model import (
     EventRole,
     JobRecord,
     LogLine,
+    OutputSilence,
     Owner,
     Responsible,
+    Severity,
+    SourceRef,
     Standing,
     Stream,
     SubDomain,
@@ -47,6 +51,9 @@ from attribution.rules.extract import EventCollector, Extractor, iter_with_follo
 from attribution.timeutil import zone
 
 ENGINE_VERSION = __version__
+# the "rule" of the events the engine makes from observations (ENGINE_EVENTS); bump the
+# version when what such an event holds changes
+LAST_OUTPUT_RULE = "job-output-last-line@3"  # was an extractor of a synthetic line up to @2
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,13 +112,50 @@ def job_passed(job: JobRecord) -> bool:
     return job.derived_exit_code in (None, "", "0:0", "0")
 
 
+Silences = Sequence[OutputSilence] | Callable[[], Sequence[OutputSilence]]
+
+
+def silence_event(silence: OutputSilence) -> Event:
+    """The ``job.last_output`` event of one job output file (``ENGINE_EVENTS``): made from
+    the reader's observation, never from a line, so a job cannot forge it by printing."""
+    role, _ = ENGINE_EVENTS["job.last_output"]
+    minutes = int(f"{silence.silent_s / 60:.0f}")
+    return Event(
+        name="job.last_output",
+        rule=LAST_OUTPUT_RULE,
+        stream=silence.stream,
+        node=silence.node,
+        # untimed on purpose: it describes the whole file, and a time would bound the
+        # untimed lines before it ("no later than the next timed line") wrongly
+        time=None,
+        fields={
+            "at": f"{silence.at:%Y-%m-%dT%H:%M:%S}Z",
+            "minutes": minutes,
+            "silent_s": int(f"{silence.silent_s:.0f}"),
+            "share": float(f"{silence.share:.2f}"),
+            "untimed_after": silence.untimed_after,
+            "untimed_bytes": silence.untimed_bytes,
+            "timed_before": silence.timed_before,
+        },
+        source=SourceRef(silence.file, silence.line, silence.offset),
+        text=silence.text,
+        role=role,
+        label=f"Job output stopped {minutes} min before the end",
+        severity=Severity.INFO,
+        trusted=False,  # read from the job's own output
+    )
+
+
 def extract_events(
     job: JobRecord,
     lines: Iterable[LogLine],
     ruleset: RuleSet,
     options: AnalysisOptions = AnalysisOptions(),
+    silences: Silences = (),
 ) -> EventCollector:
-    """Run the extractor stage over ``lines`` and return the (folded) events."""
+    """Run the extractor stage over ``lines`` and return the (folded) events, with the
+    ``job.last_output`` events of ``silences`` (a callable is asked once ``lines`` has been
+    consumed: the readers observe silences as they read)."""
     extractor = Extractor(ruleset, tz=zone(job.timezone))
     collector = EventCollector(
         ruleset,
@@ -147,6 +191,7 @@ def extract_events(
         for event in collector.events[kept:]:
             if event.time is None:
                 pending.setdefault(path, []).append(event)
+    collector.extend([silence_event(x) for x in (silences() if callable(silences) else silences)])
     collector.regex_timeouts = dict(extractor.timeouts)
     return collector
 
@@ -160,6 +205,7 @@ def analyze(
     options: AnalysisOptions = AnalysisOptions(),
     diagnosed_at: datetime | None = None,
     history: Sequence[PriorGpuError] = (),
+    silences: Silences = (),
 ) -> Verdict:
     """Diagnose one job.
 
@@ -173,12 +219,14 @@ def analyze(
         diagnosed_at: stored in the verdict; ``None`` keeps output reproducible.
         history: GPU errors earlier jobs recorded (the verdict store or a bundle's
             ``history.yaml``), for the XID 13/31 repeat logic (``attribution.history``).
+        silences: when each job output file last said something (``OutputSilence``, from
+            the readers), or a callable returning them once ``lines`` has been consumed.
 
     Returns:
         The ``Verdict``. Never raises on odd evidence; problems show up in
         ``coverage``.
     """
-    collector = extract_events(job, lines, ruleset, options)
+    collector = extract_events(job, lines, ruleset, options, silences)
     identity = build_identity(job, collector.events)
     events = [e for e in collector.events if not e.name.startswith("identity.")]
     for event in events:

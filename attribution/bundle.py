@@ -435,6 +435,7 @@ def diagnose_bundle(
         options=opts,
         diagnosed_at=diagnosed_at,
         history=bundle.history if history is None else history,
+        silences=lambda: [x for r in readers for x in r.silences],
     )
     return bundle, verdict
 

@@ -351,9 +351,47 @@ class LogLine:
     trusted: bool | None = None  # None: what the stream is by default (``DEFAULT_TRUST``)
 
 
-# The syslog ident of lines attribution writes itself (the job output's ``last output`` line).
-# It has a space, which no parsed syslog ident can have, so no log line can claim it.
-SYNTHETIC_IDENT = "attribution (synthetic)"
+@dataclass(frozen=True, slots=True)
+class OutputSilence:
+    """When one job output file last said something before the job's teardown.
+
+    The readers observe it while reading the file (``sources.lastoutput``) and hand it to
+    ``analyze`` as a value; it becomes the ``job.last_output`` event (``ENGINE_EVENTS``).
+    A job that stopped writing long before Slurm killed it at its time limit was hung, not
+    short of time (CHAINS.md 11).
+    """
+
+    stream: Stream
+    node: str | None
+    file: str  # as shown in the verdict
+    line: int  # line number of the last timed line (0: unknown, see ``offset``)
+    offset: int | None  # its byte offset when the line number is unknown
+    at: datetime  # its time (UTC)
+    silent_s: float  # from it to the job's end
+    share: float  # ``silent_s`` as a share of the run
+    untimed_after: int  # ordinary untimed lines after it (progress bars, prints)
+    untimed_bytes: int
+    timed_before: int  # timed lines before it, counted up to five
+
+    @property
+    def text(self) -> str:
+        return (
+            f"last timed output line at {self.at:%Y-%m-%dT%H:%M:%S}Z: silent for"
+            f" {self.silent_s / 60:.0f} min ({self.silent_s:.0f} s, share {self.share:.2f} of"
+            f" the run) before the job ended; {self.untimed_after} untimed ordinary line(s)"
+            f" ({self.untimed_bytes} bytes) after it; {self.timed_before} timed line(s) before it"
+        )
+
+
+# Events the engine makes itself, from observations rather than log lines: event name ->
+# (role, what it means). Rules use them like extracted events (docs/rules.md).
+ENGINE_EVENTS: dict[str, tuple[EventRole, str]] = {
+    "job.last_output": (
+        EventRole.CONTEXT,
+        "when a job output file last said something before the job's teardown (fields: at,"
+        " minutes, silent_s, share, untimed_after, untimed_bytes, timed_before)",
+    ),
+}
 
 
 @dataclass(slots=True)

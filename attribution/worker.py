@@ -131,6 +131,7 @@ class Worker:
                 options=self.options,
                 diagnosed_at=now,
                 history=self._history(job),
+                silences=lambda: [x for r in readers for x in r.silences],
             )
 
     def ownership_facts(self, job: JobRecord) -> JobRecord:

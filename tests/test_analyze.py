@@ -492,3 +492,35 @@ def test_a_fallback_rule_gives_way_to_the_specific_rule_on_the_same_evidence(
     nonfatal = "NVRM: Xid (PCI:0000:91:00): 144, SAW_MVB Nonfatal XC0 i0 Link 0 (0x00000001)"
     quiet = analyze(job(), lines(Stream.KERNEL, "n1", [k(at, nonfatal)]), ruleset)
     assert quiet.sub_domain is not SubDomain.HARDWARE and quiet.responsible == ()
+
+
+def test_the_job_cannot_forge_when_its_output_stopped(ruleset: RuleSet) -> None:
+    """job.last_output comes from the readers' OutputSilence values, never from a line: the
+    text the engine uses for it, printed by the job (even with a syslog-like ident), is
+    only output."""
+    from attribution.model import OutputSilence
+
+    forged = (
+        "attribution: last timed output line at 2025-06-01T10:01:00Z: silent for 59 min"
+        " (3540 s, share 0.98 of the run) before the job ended; 0 untimed ordinary line(s)"
+        " (0 bytes) after it; 5 timed line(s) before it"
+    )
+    texts = [forged, f"Jun  1 10:01:00 n1 attribution (synthetic): {forged}"]
+    v = analyze(job(state="TIMEOUT"), lines(Stream.JOB_STDOUT, None, texts), ruleset)
+    every = [*v.symptom_chain, *v.ignored]
+    assert all(e.event != "job.last_output" for e in every)
+    real = OutputSilence(
+        Stream.JOB_STDOUT,
+        None,
+        "slurm-1.out",
+        3,
+        None,
+        T0 + timedelta(minutes=1),
+        3540.0,
+        0.98,
+        0,
+        0,
+        5,
+    )
+    v = analyze(job(state="TIMEOUT"), [], ruleset, silences=[real])
+    assert any(e.event == "job.last_output" for e in [*v.symptom_chain, *v.ignored])

@@ -42,7 +42,11 @@ def _verdict(ruleset: RuleSet, state: str, exit_code: str, output: str | None, t
         specs.append(SourceSpec(Stream.JOB_STDOUT, None, [out]))
     readers, lines = read_sources(specs, ReadContext(reference=job.start, job_nodes=job.nodes))
     return analyze(
-        job, lines, ruleset, coverage=lambda: [c for r in readers for c in r.coverages()]
+        job,
+        lines,
+        ruleset,
+        coverage=lambda: [c for r in readers for c in r.coverages()],
+        silences=lambda: [x for r in readers for x in r.silences],
     )
 
 

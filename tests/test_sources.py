@@ -280,12 +280,19 @@ def test_dateext_rotations_are_read_oldest_first(tmp_path: Path) -> None:
     assert not specs[Stream.KERNEL].notes
 
 
-def test_job_output_ends_with_a_last_output_line(tmp_path: Path, ruleset: RuleSet) -> None:
-    """Each job output file gets one synthetic line: when it last said something before the
-    job's teardown, and how many ordinary untimed lines followed (untimed progress)."""
-    from datetime import UTC, datetime
+def _silences(spec: SourceSpec, ctx: ReadContext):  # type: ignore[no-untyped-def]
+    reader = SourceReader(spec, ctx)
+    lines = list(reader.lines())
+    return lines, reader.silences
 
-    from attribution.model import SYNTHETIC_IDENT
+
+def test_each_job_output_file_says_when_it_last_said_something(
+    tmp_path: Path, ruleset: RuleSet
+) -> None:
+    """Each job output file gives one ``OutputSilence``: when it last said something before the
+    job's teardown, and how many ordinary untimed lines followed (untimed progress). It is a
+    value handed to analyze, not a line: nothing is added to what the file said."""
+    from datetime import UTC, datetime
 
     start, end = datetime(2025, 6, 1, 0, 0, tzinfo=UTC), datetime(2025, 6, 1, 4, 0, tzinfo=UTC)
     job = job_from_dict(
@@ -308,18 +315,19 @@ def test_job_output_ends_with_a_last_output_line(tmp_path: Path, ruleset: RuleSe
         )
         + "[2025-06-01 03:59:30,000] torch: Received Signals.SIGTERM death signal\n"
     )
-    lines, _ = _read(SourceSpec(Stream.JOB_STDOUT, None, [hung]), ctx)
-    last = lines[-1]
-    assert last.ident == SYNTHETIC_IDENT and last.time is None  # untimed: bounds nothing
+    lines, (last,) = _silences(SourceSpec(Stream.JOB_STDOUT, None, [hung]), ctx)
+    assert all("last timed output" not in line.text for line in lines)  # nothing added
+    assert last.at == datetime(2025, 6, 1, 1, 55, tzinfo=UTC) and last.silent_s == 7500
+    assert round(last.share, 2) == 0.52 and last.untimed_after == 0
     assert "at 2025-06-01T01:55:00Z" in last.text and "silent for 125 min" in last.text
     assert "(7500 s, share 0.52 of the run)" in last.text and "; 0 untimed" in last.text
-    assert last.source.line == 24
+    assert last.line == 24 and last.file.endswith("hung.log")
     progress = tmp_path / "bars.log"
     progress.write_text(
         "[2025-06-01 00:00:05,000] starting\n" + "Epoch 1:  45%|####  | 450/1000\n" * 30
     )
-    lines, _ = _read(SourceSpec(Stream.JOB_STDERR, None, [progress]), ctx)
-    assert "; 30 untimed ordinary line(s)" in lines[-1].text
+    _, (bars,) = _silences(SourceSpec(Stream.JOB_STDERR, None, [progress]), ctx)
+    assert bars.untimed_after == 30 and "; 30 untimed ordinary line(s)" in bars.text
     # a file longer than the tail searched: the line number still counts from the top
     long = tmp_path / "long.log"
     long.write_text(
@@ -329,10 +337,9 @@ def test_job_output_ends_with_a_last_output_line(tmp_path: Path, ruleset: RuleSe
         )
         + "[2025-06-01 03:59:30,000] torch: Received Signals.SIGTERM death signal\n"
     )
-    lines, _ = _read(SourceSpec(Stream.JOB_STDOUT, None, [long]), ctx)
-    assert lines[-1].source.line == 20000 and "5 timed line(s) before it" in lines[-1].text
+    _, (tail,) = _silences(SourceSpec(Stream.JOB_STDOUT, None, [long]), ctx)
+    assert tail.line == 20000 and tail.timed_before == 5
     # node logs get none, and neither does a job record without both times
-    lines, _ = _read(SourceSpec(Stream.KERNEL, "n1", [hung]), ctx)
-    assert all(line.ident != SYNTHETIC_IDENT for line in lines)
-    lines, _ = _read(SourceSpec(Stream.JOB_STDOUT, None, [hung]), ReadContext(reference=start))
-    assert all(line.ident != SYNTHETIC_IDENT for line in lines)
+    assert _silences(SourceSpec(Stream.KERNEL, "n1", [hung]), ctx)[1] == []
+    no_times = ReadContext(reference=start)
+    assert _silences(SourceSpec(Stream.JOB_STDOUT, None, [hung]), no_times)[1] == []

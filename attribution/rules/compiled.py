@@ -12,7 +12,7 @@ from typing import Any
 
 from attribution import __version__
 from attribution._yaml import LineMap
-from attribution.model import SYNTHETIC_IDENT, Stream
+from attribution.model import Stream
 from attribution.rules.schema import (
     CorrelationRule,
     DiagnosisRule,
@@ -36,11 +36,6 @@ class CompiledExtractor:
     path: str
     literals_folded: tuple[str, ...] = ()
     reads_info: bool = False  # may read NCCL INFO lines: a context extractor or match.nccl_info
-
-    @property
-    def synthetic_only(self) -> bool:
-        """Reads only lines attribution writes itself (``match.ident`` names them)."""
-        return SYNTHETIC_IDENT in self.rule.match.ident
 
     @property
     def id(self) -> str:

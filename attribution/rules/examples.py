@@ -16,6 +16,7 @@ from typing import Any
 from attribution.jobrecord import job_from_dict
 from attribution.model import (
     DEFAULT_TRUST,
+    ENGINE_EVENTS,
     Coverage,
     CoverageStatus,
     Event,
@@ -242,6 +243,9 @@ def _scenario_event(ruleset: RuleSet, spec: ScenarioEvent, index: int) -> Event:
     component = None
     device = None
     stream = spec.stream
+    if ex is None and spec.event in ENGINE_EVENTS:
+        role = ENGINE_EVENTS[spec.event][0]  # made by the engine from an observation
+        severity = Severity.INFO
     if ex is not None:
         emit = ex.rule.emit
         role = emit.role

@@ -171,7 +171,7 @@ class Extractor:
             if info and not ex.reads_info:
                 continue
             allowed = ex.rule.match.ident
-            if allowed and line.ident not in allowed and (line.ident or ex.synthetic_only):
+            if allowed and line.ident and line.ident not in allowed:
                 continue  # e.g. "NVRM: Xid ..." written to syslog by a user's logger
             budget = (ex.id, _DEFAULT_TRUSTED.get(line.stream, False))
             if self._timeouts_by_rule[budget] >= MAX_RULE_TIMEOUTS:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attribution.errors import Location
-from attribution.model import NODE_STREAMS, RuleStatus, Stream
+from attribution.model import ENGINE_EVENTS, NODE_STREAMS, RuleStatus, Stream
 from attribution.rules.compiled import CompiledExtractor, RuleSet
 from attribution.rules.schema import (
     CorrelationBase,
@@ -101,7 +101,7 @@ def check_ids(ruleset: RuleSet) -> list[Issue]:
 
 
 def check_references(ruleset: RuleSet) -> list[Issue]:
-    emitted = {ex.rule.emit.event for ex in ruleset.extractors}
+    emitted = {ex.rule.emit.event for ex in ruleset.extractors} | set(ENGINE_EVENTS)
     produced = {r.finding for r in ruleset.correlations if r.finding}
     issues = []
     for rule in ruleset.all_rules():

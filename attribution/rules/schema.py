@@ -149,9 +149,7 @@ class Match(Strict):
     stripping. ``continuation``: join this many following lines before matching
     (for messages the producer splits over several lines). ``ident``: the syslog
     program names the message may carry (a kernel message in a syslog file says
-    ``kernel``); lines without a program name are always considered, except by
-    an extractor that names ``attribution (synthetic)``: it reads only the lines
-    attribution writes itself.
+    ``kernel``); lines without a program name are always considered.
     """
 
     contains: list[str]

@@ -16,6 +16,6 @@ A *source* is one stream of one node (or of the job) and may span several files
 - ``textlog``: ``SourceReader``, one source of text files into lines and a coverage entry.
 - ``journal``: ``JournalReader``, systemd journal files through ``journalctl``.
 - ``coverage``: what both readers share for the coverage entry (``Span``, ``MAX_NOTES``).
-- ``lastoutput``: the synthetic ``last output`` line closing each job output file.
+- ``lastoutput``: when each job output file last said something (``OutputSilence``).
 - ``readahead``: ``read_sources``, many sources as one stream of lines, read ahead in threads.
 """

@@ -34,6 +34,7 @@ from attribution.model import (
     CoverageNote,
     CoverageStatus,
     LogLine,
+    OutputSilence,
     SourceRef,
     Stream,
     Trust,
@@ -96,6 +97,7 @@ class JournalReader:
         self.bytes_read = 0
         self.per_node: dict[str | None, int] = {}
         self.errors: list[CoverageNote] = []
+        self.silences: list[OutputSilence] = []  # job output files only
         self.notes: list[CoverageNote] = list(spec.notes)
         self.unreadable: list[CoverageNote] = [spec.problem] if spec.problem else []
         self.span = Span()  # when the files were recording

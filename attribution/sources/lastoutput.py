@@ -1,23 +1,23 @@
-"""The synthetic ``last output`` line that closes each job output file (moved here unchanged
-from ``attribution/sources/__init__.py``; the reader calls ``wants_last_output``, feeds a
-``Tail`` with every block and asks ``last_output`` for the line at the end of each file)."""
+"""When each job output file last said something: the ``OutputSilence`` observation.
+
+The reader calls ``wants_last_output``, feeds a ``Tail`` with every block and asks
+``last_output`` at the end of each file; the observation goes to ``analyze`` as a value (it is
+not a log line, so nothing a job prints can forge it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from attribution.model import SYNTHETIC_IDENT, LogLine, SourceRef, Stream
+from attribution.model import OutputSilence, Stream
 from attribution.sources.prefix import parse_prefix
 from attribution.sources.reader import decode_line
 from attribution.sources.specs import EveryLine, LineSelector, ReadContext, SourceSpec
 
-# The synthetic line that closes each job output file: when its last timed line was written.
-# A job that stopped writing long before Slurm killed it at its time limit was hung, not slow
-# (CHAINS.md 11). Lines in the last TEARDOWN seconds (SIGTERM handlers) do not count; only the
-# last TAIL_BYTES of a file are searched. Its ident (SYNTHETIC_IDENT) cannot come from a log.
-LAST_OUTPUT = "attribution: last timed output line"
-LAST_OUTPUT_IDENT = SYNTHETIC_IDENT
+# When a job output file's last timed line was written. A job that stopped writing long before
+# Slurm killed it at its time limit was hung, not slow (CHAINS.md 11). Lines in the last
+# TEARDOWN seconds (SIGTERM handlers) do not count; only the last TAIL_BYTES of a file are
+# searched.
 TEARDOWN = 120.0
 TAIL_BYTES = 256 << 10
 CADENCE = 5  # timed lines before the last one that show the output was stamped regularly
@@ -95,9 +95,9 @@ def wants_last_output(spec: SourceSpec, ctx: ReadContext) -> bool:
     )
 
 
-def last_output(tail: Tail, shown: str, spec: SourceSpec, ctx: ReadContext) -> LogLine | None:
-    """The synthetic ``LAST_OUTPUT`` line for one job output file, or None when the
-    file's tail holds no timed line before the job's teardown."""
+def last_output(tail: Tail, shown: str, spec: SourceSpec, ctx: ReadContext) -> OutputSilence | None:
+    """When one job output file last said something, or None when the file's tail holds no
+    timed line before the job's teardown."""
     assert ctx.job_span is not None
     start, end = ctx.job_span
     cutoff = end - timedelta(seconds=TEARDOWN)
@@ -107,21 +107,16 @@ def last_output(tail: Tail, shown: str, spec: SourceSpec, ctx: ReadContext) -> L
         return None
     when, lineno, offset, untimed, untimed_bytes, timed_before = found
     silent = (end - when).total_seconds()
-    share = silent / max(1.0, (end - start).total_seconds())
-    text = (
-        f"{LAST_OUTPUT} at {when:%Y-%m-%dT%H:%M:%S}Z: silent for {silent / 60:.0f} min"
-        f" ({silent:.0f} s, share {share:.2f} of the run) before the job ended;"
-        f" {untimed} untimed ordinary line(s) ({untimed_bytes} bytes) after it;"
-        f" {timed_before} timed line(s) before it"
-    )
-    return LogLine(
+    return OutputSilence(
         stream=spec.stream,
         node=spec.node,
-        text=text,
-        raw=text,
-        source=SourceRef(shown, lineno, None if lineno else offset),
-        # untimed on purpose: it comes after lines later than ``when``, and a timed line
-        # there would bound them ("no later than the next timed line") wrongly
-        time=None,
-        ident=LAST_OUTPUT_IDENT,
+        file=shown,
+        line=lineno,
+        offset=None if lineno else offset,
+        at=when,
+        silent_s=silent,
+        share=silent / max(1.0, (end - start).total_seconds()),
+        untimed_after=untimed,
+        untimed_bytes=untimed_bytes,
+        timed_before=timed_before,
     )

@@ -10,17 +10,19 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from attribution.model import Coverage, CoverageNote, LogLine
+from attribution.model import Coverage, CoverageNote, LogLine, OutputSilence
 from attribution.sources.journal import JournalReader
 from attribution.sources.specs import ReadContext, SourceSpec
 from attribution.sources.textlog import SourceReader
 
 
 class Reader(Protocol):
-    """What ``read_sources`` gives for each source: its lines, then its coverage."""
+    """What ``read_sources`` gives for each source: its lines, then its coverage and
+    (for job output) its ``OutputSilence`` observations."""
 
     spec: SourceSpec
     errors: list[CoverageNote]
+    silences: list[OutputSilence]  # when each job output file last said something
 
     def lines(self) -> Iterator[LogLine]: ...
 

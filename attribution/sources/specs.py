@@ -73,8 +73,8 @@ class ReadContext:
     (multi-line messages); ``window``: ``(start, end)`` UTC, when set, ordered
     streams are read only around it (``tolerance`` seconds either side; files
     smaller than ``seek_threshold`` bytes are read whole). ``job_span``: the
-    job's start and end (UTC); with it, each job output file ends with a
-    synthetic ``last output`` line (see ``lastoutput.LAST_OUTPUT``).
+    job's start and end (UTC); with it, the reader of each job output file notes
+    when the file last said something (``lastoutput``, an ``OutputSilence``).
     """
 
     tz: tzinfo = UTC

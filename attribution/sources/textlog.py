@@ -22,6 +22,7 @@ from attribution.model import (
     CoverageNote,
     CoverageStatus,
     LogLine,
+    OutputSilence,
     SourceRef,
     Stream,
     Trust,
@@ -52,6 +53,7 @@ class SourceReader:
         self.ctx = ctx
         self.stats: list[ReadStats] = []
         self.errors: list[CoverageNote] = []
+        self.silences: list[OutputSilence] = []  # job output files only
         self.unreadable: list[CoverageNote] = [spec.problem] if spec.problem else []
         self.notes: list[CoverageNote] = list(spec.notes)
         self.missing = not spec.paths and not spec.problem
@@ -106,9 +108,9 @@ class SourceReader:
                 )
                 yield from self._parse(raws, shown, state)
             if tail is not None:
-                last = last_output(tail, shown, self.spec, self.ctx)
-                if last is not None:
-                    yield last
+                silence = last_output(tail, shown, self.spec, self.ctx)
+                if silence is not None:
+                    self.silences.append(silence)
             if stats.error:
                 self.errors.append(stats.error)
 
