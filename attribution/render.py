@@ -16,7 +16,7 @@ from rich.text import Text
 
 from attribution.backtest import CLASSES, Report
 from attribution.hostlist import compress
-from attribution.model import ChainEntry, ChainRole, CoverageStatus, SubDomain, Verdict
+from attribution.model import ChainRole, CoverageStatus, SubDomain, Verdict
 
 DOMAIN_STYLE = {
     "hardware": "bold red",
@@ -365,24 +365,6 @@ def confusion_view(confusion: dict[str, dict[str, int]]) -> Table:
             ],
         )
     return table
-
-
-HIDDEN = "(a line about another job; shown to administrators only)"
-
-
-def for_owner(verdict: Verdict) -> Verdict:
-    """The verdict as the job's owner may see it: lines about other jobs' processes and GPUs
-    (chain entries owned by another job) keep their place, count and time, not their text."""
-
-    def hide(entries: tuple[ChainEntry, ...]) -> tuple[ChainEntry, ...]:
-        return tuple(
-            dataclasses.replace(e, example=HIDDEN, source="-") if e.owner == "foreign" else e
-            for e in entries
-        )
-
-    return dataclasses.replace(
-        verdict, symptom_chain=hide(verdict.symptom_chain), ignored=hide(verdict.ignored)
-    )
 
 
 def list_view(rows: Sequence[dict[str, Any]]) -> Table:

@@ -363,6 +363,16 @@ class Spool:
             raise SpoolError(f"cannot enqueue: {exc.strerror or exc}", Location(str(dst))) from None
         return dst
 
+    def earlier_entry(self, key: str) -> str | None:
+        """The text of the entry the hook wrote for ``key`` before, if it is still kept (in
+        ``done/``, else ``failed/``), read as ``read_spool_file`` reads; None otherwise.
+        Re-queueing it keeps the job's original environment (its output paths)."""
+        for state in ("done", "failed"):
+            text = read_spool_file(self.dir(state) / key)
+            if text is not None:
+                return text
+        return None
+
     # ------------------------------------------------------------------ allocation records
 
     def read_alloc(self, key: str) -> str | None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlite_utils import Database, Migrations
 
@@ -156,6 +157,87 @@ def m004_ownership_and_trust(db: Database) -> None:
 
 def _iso(value: datetime | None) -> str | None:
     return to_jsonable(value) if value is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A job owner: the numeric ``uid`` and, for records stored without one, the ``user`` name."""
+
+    uid: int
+    user: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictFilter:
+    """Which stored verdicts ``Store.query`` returns; every field left at its default matches all.
+
+    ``job``: a job id, an ``A_T`` array task, a SLUID or a store key.
+    ``since`` / ``until``: the job ended at or after ``since`` and before ``until`` (a job
+    without an end time matches neither).
+    ``state``: the verdict's ``terminal_state`` (``fail``, ``timeout``, ...) or the Slurm job
+    state (``NODE_FAIL``, ...), in either case.
+    ``sub_domain``, ``cause`` (a diagnosis rule id), ``user``, ``partition``: equal to.
+    ``nodes``: the job ran on one of these nodes, or the verdict blames one.
+    ``owner``: only this owner's jobs (the access policy's restriction, ``attribution.access``).
+    ``order``: ``newest`` (latest end first) or ``job`` (by job id as shown).
+    ``limit``: at most this many rows.
+    """
+
+    job: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    state: str | None = None
+    sub_domain: str | None = None
+    cause: str | None = None
+    nodes: tuple[str, ...] = ()
+    user: str | None = None
+    partition: str | None = None
+    owner: Owner | None = None
+    order: Literal["newest", "job"] = "newest"
+    limit: int | None = None
+
+    def where(self) -> tuple[str, list[Any]]:
+        """The SQL condition on ``verdicts`` and its parameters ("" when everything matches)."""
+        where: list[str] = []
+        params: list[Any] = []
+        if self.job is not None:
+            where.append("(job_id = ? OR display_id = ? OR key = ? OR sluid = ?)")
+            params += [self.job] * 4
+        if self.since is not None:
+            where.append('"end" >= ?')
+            params.append(_iso(self.since))
+        if self.until is not None:
+            where.append('"end" < ?')
+            params.append(_iso(self.until))
+        if self.state:
+            where.append("(terminal_state = ? OR state = ?)")
+            params += [self.state.lower(), self.state.upper()]
+        if self.sub_domain:
+            where.append("sub_domain = ?")
+            params.append(self.sub_domain.lower())
+        if self.cause:
+            where.append("cause_id = ?")
+            params.append(self.cause)
+        if self.nodes:
+            # one JSON parameter, however many nodes: no limit on SQLite's variables
+            where.append(
+                "(key IN (SELECT key FROM responsible WHERE node IN"
+                " (SELECT value FROM json_each(?))) OR EXISTS"
+                " (SELECT 1 FROM json_each(verdicts.verdict, '$.job.nodes')"
+                " WHERE value IN (SELECT value FROM json_each(?))))"
+            )
+            wanted = json.dumps(list(self.nodes))
+            params += [wanted, wanted]
+        if self.owner is not None:
+            where.append("(uid = ? OR (uid IS NULL AND user = ?))")
+            params += [self.owner.uid, self.owner.user]
+        if self.user:
+            where.append("user = ?")
+            params.append(self.user)
+        if self.partition:
+            where.append("partition = ?")
+            params.append(self.partition)
+        return " AND ".join(where), params
 
 
 class Store:
@@ -353,21 +435,52 @@ class Store:
         return None
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The stored verdict JSON for a key, or ``None``."""
-        for row in self.db.query("SELECT verdict FROM verdicts WHERE key = ?", [key]):
-            data: dict[str, Any] = json.loads(row["verdict"])
-            return data
+        """The stored verdict JSON for a key, or ``None``.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        try:
+            for row in self.db.query("SELECT verdict FROM verdicts WHERE key = ?", [key]):
+                data: dict[str, Any] = json.loads(row["verdict"])
+                return data
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
         return None
 
     def find(self, job: str) -> list[dict[str, Any]]:
-        """Verdicts for a job id, an ``A_T`` array task, a SLUID or a key; newest run first."""
-        rows = self.db.query(
-            "SELECT verdict FROM verdicts"
-            " WHERE key = ? OR sluid = ? OR display_id = ? OR job_id = ?"
-            " ORDER BY restart_count DESC, diagnosed_at DESC",
-            [job, job, job, job],
-        )
-        return [json.loads(r["verdict"]) for r in rows]
+        """Verdicts for a job id, an ``A_T`` array task, a SLUID or a key; newest run first.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        try:
+            rows = self.db.query(
+                "SELECT verdict FROM verdicts"
+                " WHERE key = ? OR sluid = ? OR display_id = ? OR job_id = ?"
+                " ORDER BY restart_count DESC, diagnosed_at DESC",
+                [job, job, job, job],
+            )
+            return [json.loads(r["verdict"]) for r in rows]
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+
+    def query(self, selection: VerdictFilter | None = None) -> list[dict[str, Any]]:
+        """The summary rows (every column but the verdict JSON) that ``selection`` picks.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        selection = selection or VerdictFilter()
+        where, params = selection.where()
+        order = '"end" DESC' if selection.order == "newest" else "display_id"
+        try:
+            return list(self.rows(where, params, order=order, limit=selection.limit))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+
+    def _unreadable(self, exc: sqlite3.Error) -> StoreError:
+        return StoreError(f"the verdict store cannot be read: {exc}", Location(str(self.path)))
 
     def gpu_history(
         self, nodes: Sequence[str], user: str | None, since: datetime | None
@@ -398,7 +511,8 @@ class Store:
         order: str = '"end" DESC',
         limit: int | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Summary rows of ``verdicts`` (every column but the JSON)."""
+        """Summary rows of ``verdicts`` (every column but the JSON) for a raw SQL condition;
+        ``query`` builds the condition from a ``VerdictFilter``."""
         sql = "SELECT * FROM verdicts"
         if where:
             sql += f" WHERE {where}"

@@ -239,3 +239,27 @@ def test_an_epoch_of_unicode_digits_is_not_a_crash() -> None:
         JobRef.from_env({"SLURM_JOB_ID": "--help"})
     with pytest.raises(SlurmError, match="not a job id"):
         JobRef.from_env({"SLURM_JOB_ID": "\u00b2"})
+
+
+def test_earlier_entry_is_the_kept_hook_entry_never_through_a_link(
+    spool_dir: Path, tmp_path: Path
+) -> None:
+    """What 'sattr enqueue' re-queues: the hook's entry still in done/ (else failed/), read as
+    a regular file only."""
+    spool = Spool(spool_dir)
+    key = add(spool, 7)
+    assert spool.earlier_entry(key) is None  # only in new/
+    claimed = spool.claim(key)
+    assert claimed is not None
+    spool.ack(claimed)
+    assert spool.earlier_entry(key) == claimed.text
+    (spool.dir("failed") / key).write_text("older\n")
+    assert spool.earlier_entry(key) == claimed.text  # done/ first
+    (spool.dir("done") / key).unlink()
+    assert spool.earlier_entry(key) == "older\n"
+    secret = tmp_path / "secret"
+    secret.write_text("not an entry\n")
+    (spool.dir("failed") / key).unlink()
+    (spool.dir("failed") / key).symlink_to(secret)
+    os.mkfifo(spool.dir("done") / key)
+    assert spool.earlier_entry(key) is None

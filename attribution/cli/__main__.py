@@ -1,0 +1,5 @@
+"""``python -m attribution.cli`` runs ``sattr``."""
+
+from attribution.cli import main
+
+main()

@@ -1,0 +1,220 @@
+"""What every ``sattr`` command shares: errors, output, the common options and option types.
+
+Exit codes: 0 when the command did its job; 1 for unusable input or a failed check, with one
+``sattr: error: ...`` line on stderr; 2 for usage errors, a bad option value included (click's
+``Error: Invalid value for '--OPTION': ...``), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+
+from attribution.errors import AttributionError, RuleErrors
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+PIPE_WIDTH = 120
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_LIST_NODES = 10_000
+
+
+def console(stderr: bool = False) -> Console:
+    """The rich console for human views: piped into a file or less it is wide enough for a
+    verdict table (``PIPE_WIDTH``), unless ``COLUMNS`` says otherwise."""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print ``sattr: error: <message>`` (one line) and exit."""
+    click.echo(f"sattr: error: {' '.join(str(message).split())}", err=True)
+    sys.exit(code)
+
+
+def note(message: str) -> None:
+    click.echo(f"sattr: note: {message}", err=True)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False))
+
+
+class DefaultGroup(click.Group):
+    """A group where ``sattr 1234`` means ``sattr show 1234``."""
+
+    default_command = "show"
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+def load_rules(extra: Sequence[str], *, shipped: bool = True) -> Any:
+    """The shipped ruleset plus ``extra`` site directories; rule errors end the command."""
+    from attribution.rules.loader import load_ruleset
+
+    try:
+        return load_ruleset([Path(d) for d in extra], include_shipped=shipped)
+    except RuleErrors as exc:
+        for err in exc.errors:
+            click.echo(f"sattr: rule error: {err}", err=True)
+        fail(f"{len(exc.errors)} rule error(s); fix them or run 'sattr rules lint'")
+
+
+def load_config(path: str | None) -> Any:
+    """The site configuration (``--config``); an invalid one ends the command."""
+    from attribution.config import load_config as load
+
+    try:
+        return load(path)
+    except AttributionError as exc:
+        fail(str(exc))
+
+
+def store_path(db: str | None, config: Any) -> Path:
+    """``--db`` when given, else the configuration's ``store``."""
+    return Path(db) if db else Path(config.store)
+
+
+# --------------------------------------------------------------------- option types
+
+
+def finite(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
+    """A callback refusing NaN, which every range check lets through."""
+    if value is not None and math.isnan(value):
+        raise click.BadParameter("not a number")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class When:
+    """A ``--since``/``--until`` value: the ``text`` given and the UTC time it means."""
+
+    text: str
+    at: datetime
+
+    @property
+    def everything(self) -> bool:
+        return self.text.strip().lower() == "all"
+
+
+def parse_when(text: str, *, now: datetime | None = None) -> datetime:
+    """A duration back from now (``12h``, ``7d``), a date or time (``2026-11-30``), or ``all``
+    (the epoch) as a UTC time.
+
+    Raises:
+        ValueError: for anything else.
+    """
+    from attribution.timeutil import parse_duration, parse_iso
+
+    if text.strip().lower() == "all":
+        return EPOCH
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        parsed = parse_iso(text)
+        if parsed is None:
+            raise ValueError(text) from None
+        return parsed
+    try:
+        return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+    except OverflowError:
+        return EPOCH  # further back than any job
+
+
+def when_option(*, allow_all: bool = True) -> Any:
+    """The callback of a ``--since``/``--until`` option: a ``When`` (``parse_when``), None when
+    the option is not given; a bad value is a usage error naming the option."""
+
+    def convert(_ctx: click.Context, _param: click.Parameter, value: str | None) -> When | None:
+        if value is None:
+            return None
+        try:
+            if not allow_all and value.strip().lower() == "all":
+                raise ValueError(value)
+            return When(value, parse_when(value))
+        except ValueError:
+            kinds = "a duration (12h, 7d), a date (2026-11-30) or 'all'"
+            if not allow_all:
+                kinds = "a duration (12h, 7d) or a date (2026-11-30)"
+            raise click.BadParameter(f"{value!r} is not {kinds}") from None
+
+    return convert
+
+
+def node_list(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> tuple[str, ...] | None:
+    """The callback of ``--node``: a Slurm host list (``gpu[01-08],login1``) expanded to node
+    names; a malformed or empty list is a usage error naming the option."""
+    if value is None:
+        return None
+    from attribution.hostlist import HostlistError, expand
+
+    try:
+        nodes = expand(value)
+    except HostlistError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if not nodes:
+        raise click.BadParameter(f"{value!r} names no node")
+    if len(nodes) > MAX_LIST_NODES:
+        raise click.BadParameter(f"{value!r} names more than {MAX_LIST_NODES:,} nodes")
+    return nodes
+
+
+# --------------------------------------------------------------------- shared options
+
+rules_option = click.option(
+    "--rules",
+    "rule_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True),
+    help="Add a site rules directory (repeatable); its rules override shipped ones by id.",
+)
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, exists=True),
+    envvar="ATTRIBUTION_CONFIG",
+    default=None,
+    help="Configuration file (default: /etc/attribution/config.yaml).",
+)
+db_option = click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    envvar="ATTRIBUTION_DB",
+    default=None,
+    help="Verdict store (default: 'store' in the configuration).",
+)
+
+
+__all__ = [
+    "CONTEXT",
+    "DefaultGroup",
+    "When",
+    "config_option",
+    "console",
+    "db_option",
+    "emit_json",
+    "fail",
+    "finite",
+    "load_config",
+    "load_rules",
+    "node_list",
+    "note",
+    "rules_option",
+    "store_path",
+    "when_option",
+]

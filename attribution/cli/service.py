@@ -1,0 +1,181 @@
+"""The service commands: ``sattr worker``, ``sattr enqueue`` and ``sattr rediagnose``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from attribution.cli.common import When, config_option, fail, load_config, when_option
+from attribution.errors import AttributionError
+
+
+@click.command()
+@config_option
+@click.option("--once", is_flag=True, help="Process what is ready, then exit.")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
+def worker(config_path: str | None, once: bool, verbose: bool) -> None:
+    """Run the worker: spool entries -> verdicts (the systemd service's command)."""
+    import logging
+
+    from attribution.worker import Worker
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    config = load_config(config_path)
+    try:
+        w = Worker(config)
+        w.install_signal_handlers()
+        outcomes = w.run(once=once)
+    except AttributionError as exc:
+        fail(str(exc))
+    if once:
+        counts: dict[str, int] = {}
+        for o in outcomes:
+            counts[o.result] = counts.get(o.result, 0) + 1
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing to do"
+        click.echo(f"sattr worker: {summary}", err=True)
+        if counts.get("failed"):
+            sys.exit(1)
+
+
+def _hook_entry(job: Any) -> str:
+    """The spool entry the epilog hook would have written for the job record ``job``."""
+    from attribution.slurm.hookenv import format_entry
+
+    env = {
+        "SLURM_JOB_ID": job.job_id,
+        "SLURM_CLUSTER_NAME": job.cluster or "",
+        "SLURM_JOB_RESTART_COUNT": str(job.restart_count),
+        "SLURM_SCRIPT_CONTEXT": "sattr_enqueue",
+    }
+    if job.array_job_id and job.array_task_id:
+        env["SLURM_ARRAY_JOB_ID"] = job.array_job_id
+        env["SLURM_ARRAY_TASK_ID"] = job.array_task_id
+    for name, value in (
+        ("SLURM_JOB_USER", job.user),
+        ("SLURM_JOB_UID", None if job.uid is None else str(job.uid)),
+        ("SLURM_JOB_WORK_DIR", job.work_dir),
+        ("SLURM_JOB_NODELIST", job.nodelist),
+    ):
+        if value:
+            env[name] = value
+    return format_entry({k: v for k, v in env.items() if v})
+
+
+@click.command()
+@click.argument("jobs", nargs=-1)
+@config_option
+@click.option("--retry-failed", is_flag=True, help="Move entries from failed/ back to new/.")
+def enqueue(jobs: tuple[str, ...], config_path: str | None, retry_failed: bool) -> None:
+    """Put JOBS (ids, A_T array tasks) into the spool, as the epilog hook would.
+
+    An entry the hook wrote earlier (still in done/ or failed/) is reused, so
+    the job's original output paths are kept.
+    """
+    from attribution.slurm.backend import JobRef
+    from attribution.slurm.factory import make_backend
+    from attribution.worker import make_spool
+
+    config = load_config(config_path)
+    spool = make_spool(config)
+    try:
+        spool.check()
+        if retry_failed:
+            moved = spool.retry_failed(list(jobs) or None)
+            click.echo(f"moved {len(moved)} failed entr(ies) back to new/")
+            return
+        if not jobs:
+            fail("name at least one job (or use --retry-failed)")
+        backend = make_backend(config.slurm, timezone=config.timezone)
+        for text in jobs:
+            job = backend.get_job(JobRef.parse(text))
+            body = spool.earlier_entry(job.key)
+            spool.enqueue(job.key, body if body is not None else _hook_entry(job))
+            click.echo(f"enqueued job {job.display_id} as {job.key}")
+    except AttributionError as exc:
+        fail(str(exc))
+
+
+@click.command()
+@click.argument("jobs", nargs=-1)
+@config_option
+@click.option("--all", "everything", is_flag=True, help="Every stored verdict (with --since).")
+@click.option(
+    "--since",
+    metavar="WHEN",
+    callback=when_option(),
+    default=None,
+    help="With --all: jobs that ended since (7d, 2026-11-30).",
+)
+@click.option("--write-comment", is_flag=True, help="Also rewrite the AdminComment (when enabled).")
+@click.option(
+    "--force", is_flag=True, help="Replace verdicts even when evidence read before is gone now."
+)
+def rediagnose(
+    jobs: tuple[str, ...],
+    config_path: str | None,
+    everything: bool,
+    since: When | None,
+    write_comment: bool,
+    force: bool,
+) -> None:
+    """Diagnose stored jobs again with the current rules (e.g. after a rules upgrade).
+
+    The stored job record is reused; Slurm is asked only to rewrite AdminComments. A verdict
+    whose evidence has since been rotated away or deleted is kept (say --force to replace it).
+    """
+    from attribution.store import Store, VerdictFilter
+    from attribution.verdictjson import verdict_from_dict
+    from attribution.worker import Worker
+
+    config = load_config(config_path)
+    if not jobs and not everything:
+        fail("name jobs, or use --all")
+    if not Path(config.store).is_file():
+        fail(f"{config.store}: no verdict store here (set 'store' in the config, or --config)")
+    try:
+        store = Store(config.store)
+        if everything:
+            rows = store.query(VerdictFilter(since=since.at if since else None))
+            records = [store.get(r["key"]) for r in rows]
+        else:
+            records = []
+            for text in jobs:
+                found = store.find(text)
+                if not found:
+                    fail(f"no stored verdict for job {text}")
+                records.append(found[0])
+        w = Worker(config, store=store)
+        changed = kept = 0
+        for data in records:
+            if data is None:
+                continue
+            old = verdict_from_dict(data)
+            new, why = w.rediagnose(old.job, write_comment=write_comment, old=old, force=force)
+            if why:
+                kept += 1
+                click.echo(f"job {old.job.display_id}: {why}")
+                continue
+            before = (old.terminal_state, old.sub_domain, old.cause.id if old.cause else None)
+            after = (new.terminal_state, new.sub_domain, new.cause.id if new.cause else None)
+            if before != after:
+                changed += 1
+                click.echo(
+                    f"job {old.job.display_id}: {'/'.join(str(x) for x in before)} -> "
+                    f"{'/'.join(str(x) for x in after)}"
+                )
+        click.echo(
+            f"rediagnosed {len(records)} job(s); {changed} verdict(s) changed"
+            + (f"; {kept} kept because their evidence is gone" if kept else "")
+        )
+    except AttributionError as exc:
+        fail(str(exc))
+
+
+__all__ = ["enqueue", "rediagnose", "worker"]
