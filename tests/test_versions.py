@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,17 @@ from attribution.rules.versions import (
     read_bodies,
     read_lock,
 )
+
+from .conftest import DemoStore
+
+
+def _sattr(*args: str):  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from attribution.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
 
 RULE = """\
 schema: 1
@@ -137,3 +150,55 @@ def test_a_bad_lock_line_names_its_line(tmp_path: Path, text: str, expected: str
     with pytest.raises(RuleErrors) as info:
         read_lock(path)
     assert f"{path}:{expected.split()[1]}" in str(info.value)
+
+
+def test_sattr_rules_lock_adds_versions_and_refuses_a_silent_change(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from attribution.cli import main
+
+    def lock(*args: str):  # type: ignore[no-untyped-def]
+        return CliRunner().invoke(main, ["rules", "lock", str(tmp_path), *args])
+
+    write_rule(tmp_path)
+    checked = lock("--check")
+    assert checked.exit_code == 1 and "not locked yet: demo-rule@1" in checked.output
+    assert not (tmp_path / "VERSIONS.lock").exists()
+    first = lock()
+    assert first.exit_code == 0 and "locked demo-rule@1" in first.output
+    assert lock("--check").exit_code == 0
+    write_rule(tmp_path, priority=70)
+    silent = lock()
+    assert silent.exit_code == 1
+    assert "demo-rule.yaml:4: error:" in silent.output and "set version: 2" in silent.output
+    write_rule(tmp_path, priority=70, version=2)
+    assert "locked demo-rule@2" in lock().output
+    text = (tmp_path / "VERSIONS.lock").read_text()
+    assert "demo-rule   1 " in text and "demo-rule   2 " in text
+
+
+def test_rediagnose_names_verdicts_made_by_an_older_rule_version(
+    tmp_path: Path, demo_store: DemoStore
+) -> None:
+    """A stored verdict keeps the rule version it was made with; rediagnose says which were
+    made by a version that has changed since."""
+    db = demo_store.copy_to(tmp_path)
+    with sqlite3.connect(db) as conn:
+        (text,) = conn.execute("SELECT verdict FROM verdicts WHERE job_id = '4242001'").fetchone()
+        data = json.loads(text)
+        current = data["cause"]["rule"]
+        rule_id = current.split("@")[0]
+        data["cause"]["rule"] = f"{rule_id}@1"
+        conn.execute(
+            "UPDATE verdicts SET verdict = ?, cause_rule = ? WHERE job_id = '4242001'",
+            (json.dumps(data), f"{rule_id}@1"),
+        )
+    assert current != f"{rule_id}@1"  # the demo's rule has changed since its first version
+    config = tmp_path / "config.yaml"
+    config.write_text(f"store: {db}\nspool: {tmp_path / 'spool'}\n")
+    result = _sattr("rediagnose", "--config", str(config), "4242001")
+    assert result.exit_code == 0, result.output
+    assert f"job 4242001: made by {rule_id}@1, now {current}" in result.output
+    assert f"made by rule versions that have changed since: {rule_id}@1 -> {current}" in (
+        result.output
+    )

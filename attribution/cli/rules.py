@@ -1,4 +1,4 @@
-"""``sattr rules lint`` and ``sattr rules test``: check rules the way CI does."""
+"""``sattr rules lint``, ``test`` and ``lock``: check rules the way CI does."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from attribution.cli.common import load_rules
+from attribution.cli.common import fail, load_rules
 
 
 @click.group()
@@ -97,3 +97,45 @@ def rules_test(directory: str | None, no_shipped: bool, verbose: bool) -> None:
 
 
 __all__ = ["rules"]
+
+
+@rules.command("lock")
+@click.argument("directory", required=False, type=click.Path(file_okay=False))
+@click.option(
+    "--check", is_flag=True, help="Change nothing; exit 1 when the lock is not up to date."
+)
+def rules_lock(directory: str | None, check: bool) -> None:
+    """Record new rule versions in DIRECTORY/VERSIONS.lock (default: the shipped rules).
+
+    A rule whose body changed without a new version, a version that went back and a new
+    rule marked stable are errors (docs/rules.md, "Versions and maturity"); new versions are
+    added, old lines are never rewritten.
+    """
+    from attribution.errors import RuleErrors
+    from attribution.paths import rules_dir
+    from attribution.rules.versions import lock_path, lock_status, write_lock
+
+    root = Path(directory) if directory else rules_dir()
+    if not root.is_dir():
+        fail(f"{root}: not a rules directory")
+    try:
+        status = lock_status(root)
+    except RuleErrors as exc:
+        fail(str(exc))
+    for problem in status.problems:
+        click.echo(f"{problem.where}: error: {problem.message}")
+    if status.problems:
+        sys.exit(1)
+    shown = lock_path(root)
+    if not status.added:
+        click.echo(f"{shown}: up to date")
+        return
+    if check:
+        for ref in status.added:
+            click.echo(f"{shown}: not locked yet: {ref}")
+        click.echo("run `sattr rules lock` and commit the file")
+        sys.exit(1)
+    write_lock(root, status.lock)
+    for ref in status.added:
+        click.echo(f"locked {ref}")
+    click.echo(f"{shown}: {len(status.added)} version(s) added")

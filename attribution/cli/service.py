@@ -153,10 +153,16 @@ def rediagnose(
                 records.append(found[0])
         w = Worker(config, store=store)
         changed = kept = 0
+        older: dict[str, str] = {}  # rule id@version a stored verdict was made by -> now
         for data in records:
             if data is None:
                 continue
             old = verdict_from_dict(data)
+            made_by = old.cause.rule if old.cause else None
+            now = w.ruleset.rule(old.cause.id) if old.cause else None
+            if made_by and now is not None and now.ref != made_by:
+                older[made_by] = now.ref
+                click.echo(f"job {old.job.display_id}: made by {made_by}, now {now.ref}")
             new, why = w.rediagnose(old.job, write_comment=write_comment, old=old, force=force)
             if why:
                 kept += 1
@@ -174,6 +180,10 @@ def rediagnose(
             f"rediagnosed {len(records)} job(s); {changed} verdict(s) changed"
             + (f"; {kept} kept because their evidence is gone" if kept else "")
         )
+        if older:
+            shown = ", ".join(f"{a} -> {b}" for a, b in sorted(older.items())[:5])
+            more = f" and {len(older) - 5} more" if len(older) > 5 else ""
+            click.echo(f"made by rule versions that have changed since: {shown}{more}")
     except AttributionError as exc:
         fail(str(exc))
 

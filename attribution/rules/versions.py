@@ -219,3 +219,41 @@ def check(bodies: Iterable[Body], lock: Lock) -> tuple[list[Problem], Lock]:
 
 def lock_path(directory: Path) -> Path:
     return directory / LOCK_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class LockResult:
+    """What ``sattr rules lock`` found: problems for a person, and the entries it adds."""
+
+    problems: list[Problem]
+    added: list[str]  # ``id@version`` not in the lock yet
+    lock: Lock  # the lock with them added
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.problems or self.added)
+
+
+def lock_status(directory: Path) -> LockResult:
+    """Compare a rules directory with its ``VERSIONS.lock``.
+
+    Raises:
+        RuleErrors: a rule file or the lock cannot be read.
+    """
+    current = read_lock(lock_path(directory))
+    problems, updated = check(read_bodies(directory), current)
+    added = sorted(
+        f"{key}@{version}"
+        for key, versions in updated.items()
+        for version in versions
+        if version not in current.get(key, {})
+    )
+    return LockResult(problems, added, updated)
+
+
+def write_lock(directory: Path, lock: Lock) -> None:
+    """Write ``VERSIONS.lock`` (whole, through a temporary file in the same directory)."""
+    path = lock_path(directory)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(format_lock(lock), encoding="utf-8")
+    temporary.replace(path)
