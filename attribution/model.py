@@ -376,7 +376,7 @@ class OutputSilence:
     @property
     def text(self) -> str:
         return (
-            f"last timed output line at {self.at:%Y-%m-%dT%H:%M:%S}Z: silent for"
+            f"attribution: last timed output line at {self.at:%Y-%m-%dT%H:%M:%S}Z: silent for"
             f" {self.silent_s / 60:.0f} min ({self.silent_s:.0f} s, share {self.share:.2f} of"
             f" the run) before the job ended; {self.untimed_after} untimed ordinary line(s)"
             f" ({self.untimed_bytes} bytes) after it; {self.timed_before} timed line(s) before it"
