@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from attribution.analyze import AnalysisOptions, analyze
 from attribution.jobrecord import job_from_dict
 from attribution.model import (
@@ -137,6 +139,7 @@ def test_a_gpu_that_fell_off_the_bus_before_the_job_is_still_broken(ruleset: Rul
     assert v.sub_domain is SubDomain.UNATTRIBUTED
 
 
+@pytest.mark.slow
 def test_repeats_fold_into_one_symptom_with_a_count(ruleset: RuleSet) -> None:
     texts = [
         f"n2:{100 + i % 7}:{200 + i % 7} [{i % 8}] NCCL WARN Net : Connection closed by remote peer n1<4242>"

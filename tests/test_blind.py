@@ -7,15 +7,13 @@ where it is. They are not accuracy: these rounds were fixed after they were scor
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from attribution.backtest import find_cases
 from attribution.bundle import score_bundles
 from attribution.rules.compiled import RuleSet
 
-BLIND = Path(__file__).parent / "blind"
+from .conftest import BLIND, Diagnoses
 
 # round -> (bundles, at least this many exact or acceptable, at most this many wrongly blamed nodes)
 FLOORS = {
@@ -28,7 +26,9 @@ FLOORS = {
 
 
 @pytest.mark.parametrize("name", sorted(FLOORS))
-def test_blind_round_keeps_its_after_numbers(name: str, ruleset: RuleSet) -> None:
+def test_blind_round_keeps_its_after_numbers(
+    name: str, ruleset: RuleSet, shared_diagnoses: Diagnoses
+) -> None:
     cases = find_cases([BLIND / name])
     total, floor, wrong_nodes = FLOORS[name]
     assert len(cases) == total

@@ -8,15 +8,13 @@ of each verdict (sub_domain, responsible node, terminal_state).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from attribution.bundle import diagnose_bundle
+from attribution.model import Verdict
 from attribution.rules.compiled import RuleSet
-from attribution.sim import load_scenarios, write_bundle
+from attribution.sim import load_scenarios
 
-from .conftest import CASES, TESTS
+from .conftest import CASES, TESTS, Diagnoses, Simulated
 
 SCENARIOS = TESTS / "sim" / "scenarios"
 
@@ -151,19 +149,20 @@ def test_all_sixteen_chains_are_covered(ruleset: RuleSet) -> None:
         assert not missing, f"{chain}: no rule {missing}"
 
 
-def _bundle(ref: str, tmp_path: Path) -> Path:
+def _verdict(ref: str, diagnosed: Diagnoses, simulated: Simulated) -> Verdict:
+    """The default verdict of a golden case or a named scenario (each made once per run)."""
     kind, name = ref.split(":", 1)
     if kind == "case":
-        return CASES / name
+        return diagnosed(CASES / name)[1]
     (scenario,) = load_scenarios(SCENARIOS / f"{name}.yaml")
-    return write_bundle(scenario, tmp_path / name)
+    return simulated(scenario)[2]
 
 
 @pytest.mark.parametrize(("chain", "ref"), PARAMS)
 def test_chain_case_is_diagnosed_by_the_chain(
-    chain: str, ref: str, ruleset: RuleSet, tmp_path: Path
+    chain: str, ref: str, diagnosed: Diagnoses, simulated: Simulated
 ) -> None:
     rules, _ = CHAINS[chain]
-    _, verdict = diagnose_bundle(_bundle(ref, tmp_path), ruleset)
+    verdict = _verdict(ref, diagnosed, simulated)
     assert verdict.cause is not None, verdict.summary
     assert verdict.cause.id in rules, f"{ref}: {verdict.cause.id}: {verdict.summary}"

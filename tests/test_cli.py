@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from attribution.cli import main
 
-from .conftest import CASES
+from .conftest import CASES, DemoStore, Diagnoses
 
 SEED = CASES / "seed-nvlink-xid149-peers-nccl"
 
@@ -60,7 +60,7 @@ def test_unusable_input_is_a_one_line_error(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "invalid node list" in result.output
 
 
-def test_backtest_reports_scores_and_json() -> None:
+def test_backtest_reports_scores_and_json(shared_diagnoses: Diagnoses) -> None:
     result = run("backtest", str(CASES / "real-case11"), str(CASES / "real-case07"))
     assert result.exit_code == 0
     assert "2 case(s): 2 exact" in result.output
@@ -75,9 +75,8 @@ def test_backtest_fail_under_and_missing_dir(tmp_path: Path) -> None:
     assert CliRunner().invoke(main, ["backtest", str(tmp_path)]).exit_code == 1  # no cases
 
 
-def test_demo_writes_a_store_and_summarises(tmp_path: Path) -> None:
-    db = tmp_path / "demo.sqlite"
-    result = run("demo", "--db", str(db))
+def test_demo_writes_a_store_and_summarises(demo_store: DemoStore) -> None:
+    db, result = demo_store.db, demo_store.result
     assert result.exit_code == 0, result.output
     n = len(list(CASES.glob("*/job.json")))
     assert f"Diagnosed {n}/{n} jobs" in result.output
@@ -120,11 +119,13 @@ def test_rules_commands_fail_on_a_bad_site_dir(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "broken.yaml" in result.output
 
 
-def test_rediagnose_keeps_verdicts_whose_evidence_is_gone(tmp_path: Path) -> None:
+def test_rediagnose_keeps_verdicts_whose_evidence_is_gone(
+    tmp_path: Path, demo_store: DemoStore
+) -> None:
     """After the logs are rotated away, re-running the rules must not replace a verdict made
     from them with one made from nothing."""
-    db = tmp_path / "verdicts.sqlite"
-    assert run("demo", "--db", str(db)).exit_code == 0
+    assert demo_store.result.exit_code == 0
+    db = demo_store.copy_to(tmp_path)
     config = tmp_path / "config.yaml"
     config.write_text(
         f"store: {db}\nspool: {tmp_path / 'spool'}\n"

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from attribution.cli import main
 
-from .conftest import CASES
+from .conftest import CASES, DemoStore
 
 SEED = CASES / "seed-nvlink-xid149-peers-nccl"
 
@@ -53,11 +53,11 @@ def test_every_bad_option_value_is_a_usage_error(tmp_path: Path) -> None:
         assert "Traceback" not in result.output, (args, result.output)
 
 
-def test_list_filters_select_from_the_store(tmp_path: Path) -> None:
+def test_list_filters_select_from_the_store(demo_store: DemoStore) -> None:
     """The filters of 'sattr list' reach the store's query: node lists (expanded), cause,
     partition, time range, state in either case, and the row limit."""
-    db = tmp_path / "demo.sqlite"
-    assert run("demo", "--db", str(db)).exit_code == 0
+    db = demo_store.db  # the session's 'sattr demo' store, only read here
+    assert demo_store.result.exit_code == 0
 
     def listed(*args: str) -> list[str]:
         result = run("list", "--db", str(db), "--since", "all", "--json", *args)

@@ -12,7 +12,7 @@ from attribution.bundle import diagnose_bundle, read_expected, score_bundles
 from attribution.model import verdict_to_dict
 from attribution.rules.compiled import RuleSet
 
-from .conftest import CASES
+from .conftest import CASES, Diagnoses
 
 BUNDLES = sorted(p.parent for p in CASES.glob("*/expected.yaml"))
 
@@ -23,10 +23,10 @@ def test_there_are_enough_cases() -> None:
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
-def test_golden_case(bundle: Path, ruleset: RuleSet) -> None:
+def test_golden_case(bundle: Path, diagnosed: Diagnoses) -> None:
     expected = read_expected(bundle / "expected.yaml")
     assert expected is not None
-    _, verdict = diagnose_bundle(bundle, ruleset)
+    _, verdict = diagnosed(bundle)
     result = score_case(bundle.name, str(bundle), expected, verdict)
     shown = json.dumps(verdict_to_dict(verdict), indent=1)[:6000]
     assert result.score in ("exact", "acceptable"), f"{result.score}: {verdict.summary}\n{shown}"
@@ -36,7 +36,9 @@ def test_golden_case(bundle: Path, ruleset: RuleSet) -> None:
         assert result.nodes_ok, f"responsible {result.got_nodes} != {expected['responsible_nodes']}"
 
 
-def test_every_answer_names_a_rule_and_blame_is_never_wrong(ruleset: RuleSet) -> None:
+def test_every_answer_names_a_rule_and_blame_is_never_wrong(
+    ruleset: RuleSet, shared_diagnoses: Diagnoses
+) -> None:
     """Each golden answer names the diagnosis rule it expects (prose is not scored); over the
     suite no verdict blames a node the answer does not, or moves blame across the line
     between the job and the system, and at least 98 % of causes are the expected rule."""
@@ -57,11 +59,14 @@ def test_every_answer_names_a_rule_and_blame_is_never_wrong(ruleset: RuleSet) ->
     assert right / judged >= 0.98, misses
 
 
-def test_verdicts_are_deterministic(ruleset: RuleSet) -> None:
+def test_verdicts_are_deterministic(ruleset: RuleSet, diagnosed: Diagnoses) -> None:
+    """Two fresh diagnoses agree, and agree with the verdict the other tests share (made
+    once per run, whenever the first test asked for it)."""
     bundle = CASES / "seed-128-nodes-nic-selection"
     first = verdict_to_dict(diagnose_bundle(bundle, ruleset)[1])
     second = verdict_to_dict(diagnose_bundle(bundle, ruleset)[1])
     assert first == second
+    assert verdict_to_dict(diagnosed(bundle)[1]) == first
 
 
 def _trusted_support(verdict, node: str) -> bool:  # type: ignore[no-untyped-def]
@@ -76,10 +81,10 @@ def _trusted_support(verdict, node: str) -> bool:  # type: ignore[no-untyped-def
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
-def test_no_node_is_blamed_without_trusted_evidence(bundle: Path, ruleset: RuleSet) -> None:
+def test_no_node_is_blamed_without_trusted_evidence(bundle: Path, diagnosed: Diagnoses) -> None:
     """Every blamed node has trusted evidence of its own in the chain, or Slurm's record; nodes
     only untrusted lines name are suspects."""
-    _, verdict = diagnose_bundle(bundle, ruleset)
+    _, verdict = diagnosed(bundle)
     for r in verdict.responsible:
         assert r.confirmed_by, r
         if r.confirmed_by != "slurm":

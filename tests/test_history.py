@@ -14,13 +14,13 @@ from attribution.model import SubDomain
 from attribution.rules.compiled import RuleSet
 from attribution.store import Store
 
-from .conftest import CASES
+from .conftest import CASES, Diagnoses
 
 APP_FAULT = CASES / "xid13-application-fault"
 
 
-def test_verdicts_record_gpu_errors_per_gpu(ruleset: RuleSet) -> None:
-    _, verdict = diagnose_bundle(APP_FAULT, ruleset)
+def test_verdicts_record_gpu_errors_per_gpu(diagnosed: Diagnoses) -> None:
+    _, verdict = diagnosed(APP_FAULT)
     by_code = {g.code: g for g in verdict.gpu_errors}
     assert set(by_code) == {13, 43}
     assert by_code[13].node == "gpu-a01" and by_code[13].device == "0000:3b:00"
@@ -28,9 +28,11 @@ def test_verdicts_record_gpu_errors_per_gpu(ruleset: RuleSet) -> None:
     assert by_code[13].xid_class == "application"
 
 
-def test_store_history_turns_a_repeat_into_hardware(tmp_path: Path, ruleset: RuleSet) -> None:
+def test_store_history_turns_a_repeat_into_hardware(
+    tmp_path: Path, ruleset: RuleSet, diagnosed: Diagnoses
+) -> None:
     """Two earlier jobs of other users faulted on the same GPU: this one is the GPU's fault."""
-    _, base = diagnose_bundle(APP_FAULT, ruleset)
+    _, base = diagnosed(APP_FAULT)
     store = Store(tmp_path / "v.sqlite")
     for job_id, user, name in (("700", "erin", "resnet"), ("701", "frank", "bert")):
         job = dataclasses.replace(base.job, job_id=job_id, user=user, name=name)

@@ -225,6 +225,7 @@ def test_host_lists_in_slurm_lines_never_crash_and_name_no_single_node(tmp_path:
     assert shown.exit_code == 0 and "c013,c014,c023,c024" in shown.output
 
 
+@pytest.mark.slow
 def test_slow_user_lines_do_not_switch_an_extractor_off_for_trusted_logs(tmp_path: Path) -> None:
     """An extractor that runs out of time on 20 lines is given up, but the lines users can
     write (syslog here) and the trusted ones (the kernel log) keep separate budgets: a user's

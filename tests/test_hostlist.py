@@ -30,18 +30,37 @@ def test_roundtrip(numbers: set[int]) -> None:
     assert sorted(expand(compress(names))) == names
 
 
-def test_a_hostile_node_list_is_refused_before_it_is_built() -> None:
-    """'n[0000000-9999999]' would cost ClusterShell gigabytes; it is refused up front."""
-    import resource
+def test_a_hostile_node_list_is_refused_before_it_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """'n[0000000-9999999]' would cost ClusterShell gigabytes; it is refused up front, before
+    ClusterShell sees it. The memory it costs is measured with tracemalloc (this call's own
+    peak), not with the process's lifetime peak RSS, which an earlier test may have raised
+    above anything this call could add."""
+    import tracemalloc
 
-    import pytest
+    import attribution.hostlist as hostlist
 
-    from attribution.hostlist import MAX_NODES, HostlistError, expand
+    hostile = ["n[0000000-9999999]", "a[1-1000]b[1-1000]"]
+    built: list[str] = []
 
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with pytest.raises(HostlistError, match="more than"):
-        expand("n[0000000-9999999]")
-    with pytest.raises(HostlistError, match="more than"):
-        expand("a[1-1000]b[1-1000]")
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB
-    assert len(expand(f"n[1-{MAX_NODES}]")) == MAX_NODES
+    class Watched(hostlist.NodeSet):  # type: ignore[misc]
+        def __init__(self, pattern: str, *args: object, **kwargs: object) -> None:
+            built.append(pattern)
+            if pattern in hostile:  # the guard is gone: fail before ClusterShell builds millions
+                raise AssertionError(f"ClusterShell was asked to build {pattern!r}")
+            super().__init__(pattern, *args, **kwargs)
+
+    monkeypatch.setattr(hostlist, "NodeSet", Watched)
+    tracemalloc.start()
+    try:
+        for text in hostile:
+            with pytest.raises(HostlistError, match="more than"):
+                hostlist.expand(text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert built == []
+    assert peak < 1_000_000, f"{peak:,} bytes"
+    assert len(hostlist.expand(f"n[1-{hostlist.MAX_NODES}]")) == hostlist.MAX_NODES
+    assert built == [f"n[1-{hostlist.MAX_NODES}]"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from attribution.errors import RuleErrors
+from attribution.rules.compiled import RuleSet
 from attribution.rules.lint import lint
 from attribution.rules.loader import load_ruleset, parse_rule_text
 
@@ -80,11 +81,11 @@ def test_every_error_is_collected(tmp_path: Path) -> None:
     assert files == {p.name for p in BAD.glob("*.yaml")}
 
 
-def test_site_rules_extend_and_override(tmp_path: Path) -> None:
+def test_site_rules_extend_and_override(tmp_path: Path, ruleset: RuleSet) -> None:
     site = tmp_path / "site"
     site.mkdir()
     (site / "site-boom.yaml").write_text(GOOD_RULE.format(id="site-boom", word="boom"))
-    shipped = load_ruleset()
+    shipped = ruleset  # the session's load_ruleset()
     both = load_ruleset([site])
     assert both.rule("site-boom") is not None
     assert len(both.all_rules()) == len(shipped.all_rules()) + 1
@@ -111,8 +112,8 @@ def test_one_id_twice_in_one_directory_is_an_error(tmp_path: Path) -> None:
     assert "already defined in" in message and str(site / "a" / "dup.yaml") in message
 
 
-def test_shipped_rules_lint_clean() -> None:
-    issues = lint(load_ruleset())
+def test_shipped_rules_lint_clean(ruleset: RuleSet) -> None:
+    issues = lint(ruleset)  # the session's load_ruleset()
     assert not issues, "\n".join(map(str, issues))
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from attribution.rules.examples import ExampleCase, iter_examples, run_example
-from attribution.rules.loader import load_ruleset
 
-_RULES = load_ruleset()
+from .conftest import shipped_ruleset
+
+_RULES = shipped_ruleset()
 _CASES = list(iter_examples(_RULES))
 
 

@@ -6,6 +6,8 @@ import gzip
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from attribution.model import Stream
 from attribution.sources.specs import ReadContext, SourceSpec
 from attribution.sources.textlog import SourceReader
@@ -39,6 +41,7 @@ def _read(paths: list[Path], window: tuple[datetime, datetime] | None):  # type:
     return lines, reader
 
 
+@pytest.mark.slow
 def test_a_month_long_log_is_read_around_the_window(tmp_path: Path) -> None:
     xid = T0 + timedelta(days=20, hours=3, minutes=7)
     log = tmp_path / "kern.log"

@@ -135,6 +135,7 @@ def test_full_file_system_exits_0(tmp_path: Path) -> None:
         subprocess.run(["umount", str(mnt)], check=False)
 
 
+@pytest.mark.slow
 def test_burst_of_1000_calls(spool_dir: Path) -> None:
     """1,000 hook runs, 8 at a time: every one exits 0 and every job is spooled."""
     base = env_dump("epilog-env-job-8.env")
@@ -210,6 +211,7 @@ def test_as_prolog_it_records_the_jobs_gpus(spool_dir: Path, tmp_path: Path) -> 
     assert not (spool_dir / "alloc").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/usr/bin/timeout").exists(), reason="needs coreutils' timeout")
 def test_as_prolog_a_hanging_scontrol_costs_at_most_five_seconds(
     spool_dir: Path, tmp_path: Path

@@ -1,8 +1,9 @@
 """Named simulated scenarios (tests/sim/scenarios/*.yaml), diagnosed like real bundles.
 
-Each scenario is generated into tmp_path with its fixed seed, diagnosed through
-``diagnose_bundle`` and scored with ``score_case`` against the expected.yaml the
-simulator decided from the scenario (CHAINS.md / DESIGN.md §4). A scenario that
+Each scenario is generated with its fixed seed (once per run, into a session directory
+shared with tests/test_chains.py), diagnosed through ``diagnose_bundle`` and scored with
+``score_case`` against the expected.yaml the simulator decided from the scenario
+(CHAINS.md / DESIGN.md §4); those of 256 nodes or more are slow tests. A scenario that
 fails because a rule is missing or wrong is listed in KNOWN_GAPS with the reason:
 it stays a strict xfail, so it turns into a failure the day the rule is fixed
 and the entry must be removed.
@@ -11,14 +12,16 @@ and the entry must be removed.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from attribution.backtest import score_case
-from attribution.bundle import diagnose_bundle
 from attribution.hostlist import expand
-from attribution.rules.compiled import RuleSet
-from attribution.sim import CHAINS, Scenario, load_scenarios, write_bundle
+from attribution.sim import CHAINS, Scenario, load_scenarios
+
+if TYPE_CHECKING:
+    from tests.conftest import Simulated
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 SCENARIOS: list[tuple[Path, Scenario]] = [
@@ -30,18 +33,22 @@ SCENARIOS: list[tuple[Path, Scenario]] = [
 # name -> why the current rules get it wrong (see the simulator report for details)
 KNOWN_GAPS: dict[str, str] = {}
 
+# scenarios this big take seconds each to generate and diagnose: run with the slow tests
+SLOW_NODES = 256
+
 
 def _param(path: Path, scenario: Scenario):  # type: ignore[no-untyped-def]
     marks = []
+    if len(expand(scenario.nodes)) >= SLOW_NODES:
+        marks.append(pytest.mark.slow)
     if scenario.name in KNOWN_GAPS:
         marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[scenario.name]))
     return pytest.param(scenario, id=scenario.name, marks=marks)
 
 
 @pytest.mark.parametrize("scenario", [_param(p, s) for p, s in SCENARIOS])
-def test_scenario(scenario: Scenario, tmp_path: Path, ruleset: RuleSet) -> None:
-    root = write_bundle(scenario, tmp_path / scenario.name)
-    bundle, verdict = diagnose_bundle(root, ruleset)
+def test_scenario(scenario: Scenario, simulated: Simulated) -> None:
+    root, bundle, verdict = simulated(scenario)  # shared with tests/test_chains.py
     assert bundle.expected is not None
     result = score_case(scenario.name, str(root), bundle.expected, verdict)
     detail = (
