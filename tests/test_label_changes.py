@@ -54,62 +54,87 @@ def _history_or_skip() -> None:
     pytest.skip(f"cannot check commit messages: {why}")
 
 
-def _rule_ids(commit: str, paths: list[str], root: Path) -> set[str]:
-    """The ids of the rule files a commit changed (before and after the change)."""
-    ids = set()
-    for path in paths:
-        ids.add(Path(path).stem)  # a rule's id equals its file name
-        for rev in (commit, f"{commit}^"):
-            try:
-                data = yaml.safe_load(_git("show", f"{rev}:{path}", root=root))
-            except (subprocess.CalledProcessError, yaml.YAMLError):
-                continue
-            if isinstance(data, dict) and isinstance(data.get("id"), str):
-                ids.add(data["id"])
-    return ids
+# the keys of an expected.yaml that backtest scores (docs/bundles.md); `why` is prose
+SCORED = (
+    "terminal_state",
+    "sub_domain",
+    "acceptable_sub_domains",
+    "responsible_nodes",
+    "suspect_nodes",
+    "cause",
+    "acceptable_causes",
+)
 
 
-def _named_rules(commit: str, path: str, root: Path) -> set[str]:
-    """The rules an expected.yaml names (cause and acceptable_causes), before and after."""
-    out: set[str] = set()
-    for rev in (commit, f"{commit}^"):
-        try:
-            data = yaml.safe_load(_git("show", f"{rev}:{path}", root=root))
-        except (subprocess.CalledProcessError, yaml.YAMLError):
-            continue
-        if not isinstance(data, dict):
-            continue
-        if isinstance(data.get("cause"), str):
-            out.add(data["cause"])
-        extra = data.get("acceptable_causes") or []
-        if isinstance(extra, list):
-            out.update(c for c in extra if isinstance(c, str))
-    return out
+def _answer(rev: str, path: str, root: Path) -> dict[str, object] | None:
+    """The scored part of an expected.yaml at a revision (None: not there then)."""
+    try:
+        text = _git("show", f"{rev}:{path}", root=root)
+    except subprocess.CalledProcessError:
+        return None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return {"unreadable": text}
+    if not isinstance(data, dict):
+        return {"not a mapping": text}
+    return {key: data.get(key) for key in SCORED}
+
+
+def _changed_files(commit: str, root: Path) -> list[str]:
+    """Paths a commit changed; for a merge, only what neither parent had (an evil merge)."""
+    parents = _git("rev-list", "--parents", "-n", "1", commit, root=root).split()[1:]
+    how = ["--cc"] if len(parents) > 1 else ["--root"]
+    out = _git("diff-tree", *how, "-r", "--name-only", "-z", "--no-commit-id", commit, root=root)
+    return [p for p in out.split("\0") if p]
+
+
+def _says_why(message: str) -> bool:
+    found = TRAILER.search(message)
+    return found is not None and len(found.group(1).split()) >= 3
 
 
 def unmarked_label_changes(start: str, end: str = "HEAD", root: Path = ROOT) -> list[str]:
-    """Commits in ``start..end`` that change a rule and an answer naming it, unmarked."""
+    """Commits in ``start..end`` that change what an existing expected.yaml scores (its
+    answer moved) without a ``Label-change:`` trailer of at least three words.
+
+    This is stricter than "a rule and the answer naming it in one commit": the answer may be
+    moved in the commit after the rule, or follow a change of an extractor or a table, and
+    both are caught. An answer added with a new case is not a change."""
     out = []
-    for commit in _git("rev-list", "--no-merges", f"{start}..{end}", root=root).split():
-        files = _git(
-            "diff-tree", "--no-commit-id", "--name-only", "-r", "--root", commit, root=root
-        ).split()
-        rules = [f for f in files if f.startswith("rules/") and f.endswith(".yaml")]
-        answers = [f for f in files if f.startswith(ANSWER_DIRS) and f.endswith("/expected.yaml")]
-        if not rules or not answers:
-            continue
-        changed = _rule_ids(commit, rules, root)
-        hit = sorted(a for a in answers if _named_rules(commit, a, root) & changed)
-        if hit and not TRAILER.search(_git("log", "-1", "--format=%B", commit, root=root)):
+    for commit in _git("rev-list", f"{start}..{end}", root=root).split():
+        answers = [
+            f
+            for f in _changed_files(commit, root)
+            if f.startswith(ANSWER_DIRS) and f.endswith("/expected.yaml")
+        ]
+        hit = []
+        for path in answers:
+            before = _answer(f"{commit}^", path, root)
+            if before is not None and before != _answer(commit, path, root):
+                hit.append(path)
+        if hit and not _says_why(_git("log", "-1", "--format=%B", commit, root=root)):
             subject = _git("log", "-1", "--format=%h %s", commit, root=root).strip()
-            out.append(f"{subject} (changes {', '.join(hit[:3])})")
+            out.append(f"{subject} (changes {', '.join(sorted(hit)[:3])})")
     return out
+
+
+def test_no_answer_is_a_symlink() -> None:
+    """backtest reads expected.yaml through a link too, and a commit that changes the link's
+    target would not show as a change of the answer."""
+    links = [
+        str(p.relative_to(ROOT))
+        for d in ANSWER_DIRS
+        for p in (ROOT / d).rglob("expected.yaml")
+        if p.is_symlink()
+    ]
+    assert links == []
 
 
 def test_rule_and_answer_changes_say_so() -> None:
     _history_or_skip()
     assert unmarked_label_changes(START) == [], (
-        "a commit changed a rule and the expected.yaml that scores it without a"
+        "a commit changed what an expected.yaml scores without a"
         " 'Label-change: <reason>' trailer in its message"
     )
 
@@ -176,3 +201,46 @@ def test_the_check_catches_an_unmarked_commit(tmp_path: Path) -> None:
         {rule: "id: demo\npriority: 5\n", answer: "cause: demo\nsub_domain: application\n"},
     )
     assert len(unmarked_label_changes(start, root=repo)) == 1
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_the_ways_around_the_check_are_caught(tmp_path: Path) -> None:
+    """Ways a breaker found around the first version of the check: the answer moved in a
+    later commit than the rule, an odd case directory name, a trailer that says nothing, an
+    evil merge. An answer added with a new case, and prose, need no trailer."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    odd = "tests/blind/round99/café case/expected.yaml"
+    _commit(repo, "start", {odd: "cause: demo\n", "rules/extract/x.yaml": "id: x\n"})
+    start = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    _commit(repo, "an extractor changes", {"rules/extract/x.yaml": "id: x\nv: 2\n"})
+    _commit(repo, "prose only", {odd: "cause: demo\nwhy: because\n"})
+    _commit(repo, "a new case", {"tests/cases/new/expected.yaml": "cause: demo\n"})
+    assert unmarked_label_changes(start, root=repo) == []
+    _commit(repo, "answer follows a commit later", {odd: "cause: other\nwhy: because\n"})
+    (found,) = unmarked_label_changes(start, root=repo)
+    assert "answer follows" in found and "café case" in found
+    _commit(repo, "again\n\nLabel-change: .", {odd: "cause: third\n"})
+    assert len(unmarked_label_changes(start, root=repo)) == 2  # "." is no reason
+    # an evil merge: the merge itself moves an answer neither parent had
+    git = ["git", "-C", str(repo)]
+    subprocess.run([*git, "checkout", "-q", "-b", "side"], check=True)
+    _commit(repo, "side work", {"notes.txt": "x\n"})
+    subprocess.run([*git, "checkout", "-q", "main"], check=True)
+    _commit(repo, "main work", {"other.txt": "y\n"})
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.org",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.org",
+    }
+    subprocess.run([*git, "merge", "-q", "--no-commit", "side"], check=True, env=env)
+    (repo / "tests/cases/new/expected.yaml").write_text("cause: moved-in-the-merge\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "merge side"], check=True, env=env)
+    found = unmarked_label_changes(start, root=repo)
+    assert any("merge side" in f and "tests/cases/new/expected.yaml" in f for f in found)
