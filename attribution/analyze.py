@@ -473,7 +473,7 @@ def _capped(outcome: Outcome, passed: bool, found: Confidence) -> Confidence:
     )
     return Confidence(
         cap,
-        f"{reason} (a guess from the family; the evidence alone: {found.level}, {found.reason})",
+        f"{reason} (the rule caps it at {cap}; the evidence alone: {found.level}, {found.reason})",
     )
 
 

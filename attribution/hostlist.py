@@ -40,6 +40,8 @@ def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
         part = str(part).strip()
         if not part or part.lower() in {"none", "none assigned", "(null)"}:
             continue
+        if _LONG_NUMBER.search(part):  # no node index has that many digits
+            raise HostlistError(f"invalid node list {part[:80]!r}: a number is too long")
         if _upper_bound(part) > MAX_NODES:  # before ClusterShell builds the ranges
             raise HostlistError(f"node list {part[:80]!r} names more than {MAX_NODES:,} nodes")
         try:
@@ -47,8 +49,9 @@ def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
             if len(nodeset) + len(out) > MAX_NODES:
                 raise HostlistError(f"node list {part[:80]!r} names more than {MAX_NODES:,} nodes")
             names = list(nodeset)
-        except (NodeSetParseError, RangeSetParseError, ValueError) as exc:
-            raise HostlistError(f"invalid node list {part!r}: {exc}") from None
+        except (NodeSetParseError, RangeSetParseError, ValueError, AssertionError) as exc:
+            # ClusterShell asserts on some ranges it cannot build
+            raise HostlistError(f"invalid node list {part[:80]!r}: {exc}") from None
         for name in names:
             if name not in seen:
                 seen.add(name)
@@ -57,7 +60,8 @@ def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 _BRACKET = re.compile(r"\[([^\]]*)\]")
-_RANGE = re.compile(r"(\d+)-(\d+)")
+_RANGE = re.compile(r"(\d+)-(\d+)(?:/(\d+))?")  # lo-hi, optionally with ClusterShell's /step
+_LONG_NUMBER = re.compile(r"\d{10}")
 
 
 def _upper_bound(expr: str) -> int:
@@ -68,7 +72,9 @@ def _upper_bound(expr: str) -> int:
         count = 1
         for group in _BRACKET.findall(element):
             size = sum(
-                abs(int(m.group(2)) - int(m.group(1))) + 1 if (m := _RANGE.fullmatch(item)) else 1
+                abs(int(m.group(2)) - int(m.group(1))) // max(int(m.group(3) or 1), 1) + 1
+                if (m := _RANGE.fullmatch(item))
+                else 1
                 for item in group.split(",")
             )
             count *= max(size, 1)

@@ -135,7 +135,10 @@ def rules_lock(directory: str | None, check: bool) -> None:
             click.echo(f"{shown}: not locked yet: {ref}")
         click.echo("run `sattr rules lock` and commit the file")
         sys.exit(1)
-    write_lock(root, status.lock)
+    try:
+        write_lock(root, status.lock)
+    except RuleErrors as exc:
+        fail(str(exc))
     for ref in status.added:
         click.echo(f"locked {ref}")
     click.echo(f"{shown}: {len(status.added)} version(s) added")

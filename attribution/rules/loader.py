@@ -127,6 +127,14 @@ def parse_table_text(text: str, path: str) -> tuple[Table, LineMap]:
         raise RuleErrors(_validation_errors(exc, path, lines, data)) from None
 
 
+def _too_big(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "groups nested too deep"
+    if isinstance(exc, OverflowError):
+        return "a repeat count is too large"
+    return str(exc)
+
+
 def compile_extractor(
     rule: ExtractorRule, path: str, lines: LineMap, tables: dict[str, Table]
 ) -> CompiledExtractor:
@@ -143,12 +151,17 @@ def compile_extractor(
     try:
         re.compile(rule.match.regex)  # the documented dialect is Python's re
         regex = regex_module.compile(rule.match.regex, flags)
-    except (re.error, regex_module.error) as exc:
+    except (re.error, regex_module.error, OverflowError, RecursionError) as exc:
+        # a repeat count beyond the engine's limit, or groups nested too deep to parse
         raise RuleErrors(
             [
                 RuleError(
-                    f"invalid regex: {getattr(exc, 'msg', exc)} at position"
-                    f" {getattr(exc, 'pos', '?')}",
+                    f"invalid regex: {getattr(exc, 'msg', None) or _too_big(exc)}"
+                    + (
+                        f" at position {pos}"
+                        if (pos := getattr(exc, "pos", None)) is not None
+                        else ""
+                    ),
                     Location(path, regex_line),
                 )
             ]

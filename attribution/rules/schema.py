@@ -70,6 +70,10 @@ class Ops(Strict):
                 re.compile(value)
             except re.error as exc:
                 raise ValueError(f"invalid regex: {exc}") from None
+            except (OverflowError, RecursionError) as exc:
+                # a repeat count beyond the engine's limit, or groups nested too deep
+                why = "groups nested too deep" if isinstance(exc, RecursionError) else "too large"
+                raise ValueError(f"invalid regex: {why}") from None
         return value
 
     @model_validator(mode="after")
@@ -643,6 +647,8 @@ class Table(Strict):
             extra = set(row) - allowed
             if extra:
                 raise ValueError(f"row {index} has unknown columns {sorted(extra)}")
+            if not isinstance(row[self.key], str | int) or isinstance(row[self.key], bool):
+                raise ValueError(f"row {index}: key {self.key!r} must be a number or a string")
             if row[self.key] in seen:
                 raise ValueError(f"row {index}: duplicate key {row[self.key]!r}")
             seen.add(row[self.key])

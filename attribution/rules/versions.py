@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 
 from attribution._yaml import load_yaml
 from attribution.errors import Location, RuleError, RuleErrors
+from attribution.rules.schema import ID_PATTERN
 
 LOCK_NAME = "VERSIONS.lock"
 # keys that describe a rule or track its maturity without changing what it does
@@ -33,6 +35,9 @@ DOC_KEYS = frozenset(
     {"version", "status", "title", "description", "references", "tags", "replaced_by", "examples"}
 )
 DIGEST_HEX = 16
+MAX_LOCK_BYTES = 4 << 20  # about 40,000 lines: a hundred versions of every rule
+_ID = re.compile(ID_PATTERN)
+_TABLE = re.compile(r"^[a-z][a-z0-9_]*$")  # as the table schema says
 
 _HEADER = """\
 # Rule and table versions: id, version, digest of the body (sha256 of the rule as canonical
@@ -71,6 +76,7 @@ def read_bodies(directory: Path) -> list[Body]:
     """
     out: list[Body] = []
     errors: list[RuleError] = []
+    first: dict[str, str] = {}  # key -> the file that defines it
     for path in sorted(p for p in directory.rglob("*.yaml") if p.is_file()):
         rel = path.relative_to(directory).parts
         if rel and rel[0] == "schema":
@@ -89,14 +95,22 @@ def read_bodies(directory: Path) -> list[Body]:
         is_table = bool(rel) and rel[0] == "tables"
         name = data.get("table") if is_table else data.get("id")
         version = data.get("version")
-        if not isinstance(name, str) or not isinstance(version, int) or version < 1:
-            errors.append(
-                RuleError("needs a string id (or table) and a version >= 1", Location(str(path)))
-            )
+        if not isinstance(name, str) or not (_TABLE if is_table else _ID).fullmatch(name):
+            where = Location(str(path), lines.line_for(["table" if is_table else "id"]))
+            errors.append(RuleError(f"{'table' if is_table else 'id'} is not a rule id", where))
             continue
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version < 10**6:
+            where = Location(str(path), lines.line_for(["version"]))
+            errors.append(RuleError("version must be a whole number from 1", where))
+            continue
+        key = f"table:{name}" if is_table else name
+        if key in first:
+            errors.append(RuleError(f"{key} is also defined in {first[key]}", Location(str(path))))
+            continue
+        first[key] = str(path)
         out.append(
             Body(
-                key=f"table:{name}" if is_table else name,
+                key=key,
                 version=version,
                 status=None if is_table else str(data.get("status", "experimental")),
                 digest=body_digest(data),
@@ -116,6 +130,10 @@ def read_lock(path: Path) -> Lock:
     """
     lock: Lock = {}
     try:
+        if path.stat().st_size > MAX_LOCK_BYTES:
+            raise RuleErrors(
+                [RuleError(f"larger than {MAX_LOCK_BYTES >> 20} MiB", Location(str(path)))]
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return lock
@@ -129,7 +147,12 @@ def read_lock(path: Path) -> Lock:
         parts = line.split()
         if (
             len(parts) != 3
-            or not parts[1].isdecimal()
+            or not (
+                _TABLE.fullmatch(parts[0][6:])
+                if parts[0].startswith("table:")
+                else _ID.fullmatch(parts[0])
+            )
+            or not (parts[1].isascii() and parts[1].isdecimal() and len(parts[1]) <= 6)
             or len(parts[2]) != DIGEST_HEX
             or any(c not in "0123456789abcdef" for c in parts[2])
         ):
@@ -255,5 +278,10 @@ def write_lock(directory: Path, lock: Lock) -> None:
     """Write ``VERSIONS.lock`` (whole, through a temporary file in the same directory)."""
     path = lock_path(directory)
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(format_lock(lock), encoding="utf-8")
-    temporary.replace(path)
+    try:
+        temporary.write_text(format_lock(lock), encoding="utf-8")
+        temporary.replace(path)
+    except OSError as exc:
+        raise RuleErrors(
+            [RuleError(f"cannot write: {exc.strerror or exc}", Location(str(path)))]
+        ) from None

@@ -49,7 +49,8 @@ class Tail:
         self, cutoff: datetime, ctx: ReadContext, selector: LineSelector
     ) -> tuple[datetime, int, int, int, int, int] | None:
         """(time, line number or 0, byte offset, untimed lines after it, their bytes, timed
-        lines before it) for the last line stamped before ``cutoff``. Untimed lines after it
+        lines before it) for the last line stamped before ``cutoff`` (or, when one of the
+        ``CADENCE`` timed lines before it carries a later time, that one). Untimed lines after it
         count only when no extractor's literal picks them: those are ordinary output (untimed
         progress), not the error and teardown messages a killed job prints. Timed lines before
         it are counted up to ``CADENCE`` (enough to show the output was stamped regularly)."""
@@ -72,6 +73,11 @@ class Tail:
                     when = None
                 if found is not None:
                     timed_before += when is not None
+                    if when is not None and found[0] < when < cutoff:
+                        # a line stamped earlier than the one before it (a replayed log, a
+                        # node whose clock is behind): the output went on until this time
+                        line = lineno + index if lineno else 0
+                        found = (when, line, offset + starts[index])
                     if timed_before >= CADENCE:
                         break
                 elif when is None:
