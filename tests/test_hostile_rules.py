@@ -140,3 +140,26 @@ def test_a_lock_that_cannot_be_written_is_an_error(tmp_path: Path) -> None:
     assert "VERSIONS.lock: cannot write" in str(info.value)
     assert not (tmp_path / "VERSIONS.lock").exists()
     json.dumps(status.added)  # plain data
+
+
+@pytest.mark.parametrize("within", ["-5", ".nan", ".inf"])
+def test_a_negative_or_endless_within_is_a_rule_error(tmp_path: Path, within: str) -> None:
+    (tmp_path / "demo-c.yaml").write_text(
+        "schema: 1\nid: demo-c\nkind: correlation\nversion: 1\ntitle: Demo\n"
+        "description: A correlation rule for the hostile tests.\nop: sequence\n"
+        f"cause: {{event: [a.b]}}\neffect: {{event: [a.c]}}\nwithin: {within}\n"
+    )
+    with pytest.raises(RuleErrors) as info:
+        load_ruleset([tmp_path], include_shipped=False)
+    assert "demo-c.yaml:10: within: " in "\n".join(str(e) for e in info.value.errors)
+
+
+def test_rediagnose_since_without_all_is_an_error(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from attribution.cli import main
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"store: {tmp_path / 'v.sqlite'}\nspool: {tmp_path / 'spool'}\n")
+    result = CliRunner().invoke(main, ["rediagnose", "--config", str(config), "--since", "7d", "1"])
+    assert result.exit_code == 1 and "--since selects jobs for --all" in result.output

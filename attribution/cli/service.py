@@ -137,6 +137,8 @@ def rediagnose(
     config = load_config(config_path)
     if not jobs and not everything:
         fail("name jobs, or use --all")
+    if since is not None and not everything:
+        fail("--since selects jobs for --all; name jobs or add --all")
     if not Path(config.store).is_file():
         fail(f"{config.store}: no verdict store here (set 'store' in the config, or --config)")
     try:

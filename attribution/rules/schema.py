@@ -9,6 +9,7 @@ documented, with one example per kind, in ``rules/README.md``.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -531,9 +532,12 @@ class SequenceCorrelation(CorrelationBase):
         if value is None:
             return None
         try:
-            return parse_duration(value)
+            seconds = parse_duration(value)
         except ValueError as exc:
             raise ValueError(str(exc)) from None
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError("within must be a duration of zero or more")
+        return seconds
 
 
 class VoteCorrelation(_FindingRequired):
