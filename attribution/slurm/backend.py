@@ -22,27 +22,14 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from attribution.errors import SlurmError
-from attribution.model import JobRecord, OtherJob
+from attribution.model import SLURM_STATES, JobRecord, OtherJob
 
 CommentField = Literal["AdminComment", "SystemComment"]
 _REF = re.compile(r"^(?P<job>\d+)(?:_(?P<task>\d+))?$")
 _SLUID = re.compile(r"^s[0-9A-Za-z]{13}$")
 
 # Job states that are final (sacct State base words); anything else means "not yet".
-FINAL_STATES = frozenset(
-    {
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "TIMEOUT",
-        "REVOKED",
-    }
-)
+FINAL_STATES = SLURM_STATES - {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED"}
 
 
 class NotReady(SlurmError):
