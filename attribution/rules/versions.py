@@ -27,6 +27,7 @@ from typing import Any
 
 from attribution._yaml import load_yaml
 from attribution.errors import Location, RuleError, RuleErrors
+from attribution.rules.loader import MAX_RULE_FILE_BYTES
 from attribution.rules.schema import ID_PATTERN
 
 LOCK_NAME = "VERSIONS.lock"
@@ -82,6 +83,9 @@ def read_bodies(directory: Path) -> list[Body]:
         if rel and rel[0] == "schema":
             continue
         try:
+            if path.stat().st_size > MAX_RULE_FILE_BYTES:
+                errors.append(RuleError("too large for a rule file", Location(str(path))))
+                continue
             data, lines = load_yaml(path.read_text(encoding="utf-8"), str(path))
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(RuleError(f"cannot read rule file: {exc}", Location(str(path))))
