@@ -458,7 +458,7 @@ class Store:
             rows = self.db.query(
                 "SELECT verdict FROM verdicts"
                 " WHERE key = ? OR sluid = ? OR display_id = ? OR job_id = ?"
-                " ORDER BY restart_count DESC, diagnosed_at DESC",
+                ' ORDER BY "end" DESC, restart_count DESC, diagnosed_at DESC',
                 [job, job, job, job],
             )
             return [json.loads(r["verdict"]) for r in rows]

@@ -197,3 +197,37 @@ def test_backtest_rejects_causes_and_nodes_of_the_wrong_type(tmp_path: Path) -> 
     assert "must be a list of node names" in errors["nodes"]
     assert "expected.yaml:2" in errors["huge"] and "\n" not in errors["huge"]
     assert errors["good"] is None and data["errors"] == 3
+
+
+def test_backtest_below_fail_under_says_why() -> None:
+    """--fail-under fails with a sattr: error line that gives the rate, as docs/cli.md says."""
+    wrong = CASES / "real-case11"
+    ok = run("backtest", "--fail-under", "0.5", str(wrong))
+    assert ok.exit_code == 0
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        case = Path(tmp) / "c"
+        shutil.copytree(wrong, case)
+        text = (case / "expected.yaml").read_text()
+        (case / "expected.yaml").write_text(
+            "\n".join(
+                "sub_domain: application" if ln.startswith("sub_domain:") else ln
+                for ln in text.splitlines()
+            )
+            + "\n"
+        )
+        low = run("backtest", "--fail-under", "0.5", str(case))
+    assert low.exit_code == 1
+    assert "exact-or-acceptable 0.0% is below --fail-under 0.5" in low.output
+
+
+def test_show_says_when_a_job_id_names_jobs_of_other_clusters(demo_store: DemoStore) -> None:
+    """Job ids repeat across clusters: the newest job is shown, and the others are named by
+    key, not called earlier runs of it."""
+    result = run("show", "--db", str(demo_store.db), "9931")
+    assert result.exit_code == 0, result.output
+    assert "hpc1_9931_0" in result.output or "gpu_9931_0" in result.output
+    assert "names other jobs too" in result.output
+    assert "earlier run(s)" not in result.output

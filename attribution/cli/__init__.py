@@ -54,7 +54,7 @@ def main() -> None:
     sattr bundle JOBID DIR      save what the worker reads for a job as a bundle (--redact)
     sattr backtest DIR...       score bundles against their expected.yaml
     sattr demo                  diagnose the bundled sample jobs
-    sattr rules lint|test       check rules the way CI does
+    sattr rules lint|test|lock  check rules the way CI does; record rule versions
     sattr simulate ...          write simulated bundles with their expected answer
     """
 
@@ -137,8 +137,9 @@ def backtest(
         emit_json(report.to_dict())
     else:
         console().print(backtest_view(report))
-    if fail_under is not None and report.rate("exact", "acceptable") < fail_under:
-        sys.exit(1)
+    rate = report.rate("exact", "acceptable")
+    if fail_under is not None and rate < fail_under:
+        fail(f"exact-or-acceptable {rate:.1%} is below --fail-under {fail_under:g}")
 
 
 # --------------------------------------------------------------------- demo

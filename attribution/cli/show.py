@@ -135,9 +135,19 @@ def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbo
             style="dim",
         )
     if len(mine) > 1:
-        out_console.print(
-            f"{len(mine) - 1} earlier run(s) of this job have verdicts too.", style="dim"
-        )
+        others = [verdict_from_dict(v).job for v in mine[1:]]
+        same = [j for j in others if j.cluster == verdict.job.cluster]
+        elsewhere = [j.key for j in others if j.cluster != verdict.job.cluster]
+        if same:
+            out_console.print(
+                f"{len(same)} earlier run(s) of this job have verdicts too.", style="dim"
+            )
+        if elsewhere:
+            out_console.print(
+                f"Job id {job} names other jobs too ({', '.join(elsewhere[:5])}); show one"
+                " with 'sattr show KEY'.",
+                style="dim",
+            )
 
 
 # --state accepts the verdict's terminal_state or the Slurm job state (sacct's names)
