@@ -23,6 +23,7 @@ from attribution.model import EventRole
 from attribution.rules.compiled import CompiledExtractor, RuleSet, Source
 from attribution.rules.schema import (
     CORRELATION_ADAPTER,
+    MAX_RULE_FILE_BYTES,
     CorrelationRule,
     DiagnosisRule,
     ExtractorRule,
@@ -225,9 +226,6 @@ def compile_extractor(
         literals_folded=tuple(s.lower() for s in literals) if rule.match.ignore_case else (),
         reads_info=rule.emit.role is EventRole.CONTEXT or rule.match.nccl_info,
     )
-
-
-MAX_RULE_FILE_BYTES = 2 << 20  # the largest shipped file (the XID table) is about 60 KiB
 
 
 def shipped_rules_dir() -> Path:

@@ -37,6 +37,7 @@ from attribution.timeutil import parse_duration
 
 SCHEMA_VERSION = 1
 ID_PATTERN = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
+MAX_RULE_FILE_BYTES = 2 << 20  # the largest shipped file (the XID table) is about 60 KiB
 EVENT_PATTERN = r"^[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+$"
 FIELD_PATTERN = r"^[a-z][a-z0-9_]*$"
 RESERVED_FIELDS = frozenset({"node", "time", "stream", "line", "rule", "event", "count"})

@@ -27,8 +27,7 @@ from typing import Any
 
 from attribution._yaml import load_yaml
 from attribution.errors import Location, RuleError, RuleErrors
-from attribution.rules.loader import MAX_RULE_FILE_BYTES
-from attribution.rules.schema import ID_PATTERN
+from attribution.rules.schema import ID_PATTERN, MAX_RULE_FILE_BYTES
 
 LOCK_NAME = "VERSIONS.lock"
 # keys that describe a rule or track its maturity without changing what it does
