@@ -142,8 +142,8 @@ class Spool:
             path = self.dir(name)
             if not path.is_dir():
                 raise SpoolError(
-                    "spool directory missing (run 'sattr worker' once as root, or "
-                    "systemd-tmpfiles --create)",
+                    "spool directory missing; create the spool as INSTALL.md step 3 says"
+                    " (systemd-tmpfiles --create attribution.conf) and start the worker again",
                     Location(str(path)),
                 )
             if not os.access(path, os.W_OK | os.X_OK):

@@ -30,7 +30,7 @@ from typing import Any
 from attribution.analyze import AnalysisOptions, analyze, job_passed, job_window, read_window
 from attribution.collect import collect, ownership_facts
 from attribution.config import Config
-from attribution.errors import AttributionError, SpoolError, StoreError
+from attribution.errors import AttributionError, Location, SpoolError, StoreError
 from attribution.history import DEFAULT_DAYS, PriorGpuError, priors_from_verdict_rows
 from attribution.model import JobRecord, Verdict
 from attribution.rules.compiled import RuleSet
@@ -287,7 +287,16 @@ class Worker:
                     if removed:
                         log.info("pruned %d old spool file(s)", removed)
                     last_prune = self.clock()
-                outcomes, next_ready = self.run_ready()
+                try:
+                    outcomes, next_ready = self.run_ready()
+                except OSError as exc:
+                    # the spool went away or became unusable under the worker: say what is
+                    # missing in one line (SpoolError) instead of a traceback
+                    self.spool.check()
+                    raise SpoolError(
+                        f"cannot read the spool: {exc.strerror or exc}",
+                        Location(str(self.spool.root)),
+                    ) from None
                 done.extend(outcomes)
                 if once:
                     break

@@ -181,3 +181,43 @@ def test_the_gpus_recorded_at_the_start_reach_the_verdict(tmp_path: Path, rulese
     assert stored["job"]["other_jobs"] == {}
     assert backend.asked_other_jobs[0] == "7"
     assert not (spool.dir("alloc") / "c_7_0").exists()
+
+
+def test_a_spool_deleted_under_the_worker_is_one_clear_error(
+    tmp_path: Path, ruleset: RuleSet
+) -> None:
+    """The spool removed while the worker runs (an admin's rm -rf, a tmpfs remounted): the
+    worker stops with one SpoolError that names the missing directory and how to create it,
+    not with a FileNotFoundError traceback (issue 12)."""
+    import shutil
+    import threading
+
+    from attribution.errors import SpoolError
+    from attribution.spool import LOCK_NAME
+
+    worker, spool, _ = make(tmp_path, ruleset, {}, poll_interval=0.05)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        for _ in range(100):  # wait until the loop holds the lock
+            if (spool.root / LOCK_NAME).exists():
+                break
+            threading.Event().wait(0.02)
+        shutil.rmtree(spool.root)
+        thread.join(timeout=10)
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    (exc,) = failure
+    assert isinstance(exc, SpoolError), repr(exc)
+    assert "spool directory missing" in str(exc) and "INSTALL.md step 3" in str(exc)
+    assert str(spool.root) in str(exc)
