@@ -428,6 +428,23 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot update {key}: {exc}", Location(str(self.path))) from None
 
+    def failed_comments(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Stored verdicts whose AdminComment write failed (status ``error: ...``), oldest
+        first: the worker writes them again until Slurm takes them, across restarts.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        try:
+            rows = self.db.query(
+                "SELECT verdict FROM verdicts WHERE admin_comment_status LIKE 'error:%'"
+                " ORDER BY diagnosed_at LIMIT ?",
+                [limit],
+            )
+            return [json.loads(r["verdict"]) for r in rows]
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+
     def row(self, key: str) -> dict[str, Any] | None:
         """The summary row (every column but the JSON) of one key, or ``None``."""
         for row in self.rows("key = ?", [key]):

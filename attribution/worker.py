@@ -44,9 +44,15 @@ from attribution.slurm.resolve import with_allocation
 from attribution.sources.readahead import read_sources
 from attribution.spool import Claimed, RetryPolicy, Spool
 from attribution.store import Store
+from attribution.verdictjson import verdict_from_dict
 
 log = logging.getLogger("attribution.worker")
 PRUNE_EVERY = 3600.0
+# AdminComment writes that failed (slurmdbd down, a timeout) are tried again, first after
+# COMMENT_RETRY_FIRST seconds, then twice as long each time up to COMMENT_RETRY_MAX. The
+# failed status is kept in the store, so a restarted worker picks them up again.
+COMMENT_RETRY_FIRST = 30.0
+COMMENT_RETRY_MAX = 1800.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +110,8 @@ class Worker:
             max_events=config.reading.max_events,
         )
         self._stop = threading.Event()
+        # key -> (when the next AdminComment write may be tried, the wait that led to it)
+        self._comment_backoff: dict[str, tuple[float, float]] = {}
 
     # ------------------------------------------------------------------ one job
 
@@ -170,6 +178,46 @@ class Worker:
         except AttributionError as exc:
             return f"error: {exc}", line
         return plan.status, line
+
+    def retry_comments(self) -> int:
+        """Write again the AdminComments whose write failed, when their backoff has passed;
+        returns how many were written now. Never raises: a store or Slurm error waits for the
+        next round."""
+        if not self.config.admin_comment.enabled:
+            return 0
+        now = self.clock()
+        try:
+            pending = self.store.failed_comments()
+        except StoreError as exc:
+            log.warning("cannot read failed AdminComment writes: %s", exc)
+            return 0
+        written = 0
+        for data in pending:
+            verdict = verdict_from_dict(data)
+            key = verdict.job.key
+            due, wait = self._comment_backoff.get(key, (0.0, COMMENT_RETRY_FIRST / 2))
+            if now < due:
+                continue
+            status, line = self.write_comment(verdict)
+            try:
+                self.store.set_admin_comment(key, status, line)
+            except StoreError as exc:
+                log.warning("cannot record the AdminComment of %s: %s", key, exc)
+                continue
+            if status.startswith("error:"):
+                wait = min(wait * 2, COMMENT_RETRY_MAX)
+                self._comment_backoff[key] = (now + wait, wait)
+                log.info(
+                    "AdminComment of %s still not written (%s); next try in %.0f s",
+                    key,
+                    status,
+                    wait,
+                )
+            else:
+                self._comment_backoff.pop(key, None)
+                written += 1
+                log.info("AdminComment of %s written on a later try: %s", key, status)
+        return written
 
     def process(self, claimed: Claimed) -> Outcome:
         """Process one claimed entry and move it on; returns what happened."""
@@ -277,6 +325,7 @@ class Worker:
             if recovered:
                 log.warning("recovered %d entr(ies) left in work/", len(recovered))
             last_prune = 0.0
+            last_comments = float("-inf")  # at start: writes a previous run left failed
             while not self._stop.is_set():
                 if self.clock() - last_prune >= PRUNE_EVERY:
                     try:
@@ -287,6 +336,9 @@ class Worker:
                     if removed:
                         log.info("pruned %d old spool file(s)", removed)
                     last_prune = self.clock()
+                if self.clock() - last_comments >= COMMENT_RETRY_FIRST:  # a cheap query, rarely
+                    self.retry_comments()
+                    last_comments = self.clock()
                 try:
                     outcomes, next_ready = self.run_ready()
                 except OSError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -221,3 +222,48 @@ def test_a_spool_deleted_under_the_worker_is_one_clear_error(
     assert isinstance(exc, SpoolError), repr(exc)
     assert "spool directory missing" in str(exc) and "INSTALL.md step 3" in str(exc)
     assert str(spool.root) in str(exc)
+
+
+class FlakyComments(StandIn):
+    """set_comment fails while ``down`` (slurmdbd stopped), as the CLI backend reports it."""
+
+    down = True
+    attempts = 0
+
+    def set_comment(self, job: JobRecord, field: str, text: str) -> None:
+        self.attempts += 1
+        if self.down:
+            raise SlurmError("sacctmgr: error: Problem talking to the database")
+        super().set_comment(job, field, text)
+
+
+def test_a_failed_admin_comment_write_is_retried_until_it_succeeds(
+    tmp_path: Path, ruleset: RuleSet
+) -> None:
+    """An AdminComment write that failed (slurmdbd down) is written once Slurm takes it
+    again, with backoff, and a restarted worker picks it up from the store (issue 12)."""
+    from attribution import worker as worker_module
+
+    now = [time.time() + 1]  # after the entry is spooled
+    worker, spool, _ = make(tmp_path, ruleset, {"2": record("2", "FAILED", "1:0")})
+    flaky = FlakyComments(worker.backend.jobs)  # type: ignore[attr-defined]
+    worker.backend = flaky
+    worker.clock = lambda: now[0]
+    enqueue(spool, "2")
+    worker.run(once=True)
+    store = Store(tmp_path / "v.sqlite")
+    assert store.row("c_2_0")["admin_comment_status"].startswith("error:")  # type: ignore[index]
+    # still down: tried again, and the next try waits longer
+    now[0] += worker_module.COMMENT_RETRY_FIRST
+    assert flaky.attempts == 1
+    assert worker.retry_comments() == 0 and flaky.attempts == 2
+    assert worker.retry_comments() == 0 and flaky.attempts == 2  # backoff: not at once
+    # a restarted worker (no backoff in memory) with Slurm back: written on its first round
+    flaky.down = False
+    again = Worker(worker.config, backend=flaky, ruleset=ruleset)  # type: ignore[arg-type]
+    again.clock = lambda: now[0]
+    again.run(once=True)
+    row = store.row("c_2_0")
+    assert row is not None and row["admin_comment_status"] == "written"
+    assert flaky.comments[("2", "AdminComment")] == row["admin_comment"]
+    assert again.retry_comments() == 0  # nothing left to write
