@@ -435,15 +435,9 @@ class Store:
         Raises:
             StoreError: when the database cannot be read.
         """
-        try:
-            rows = self.db.query(
-                "SELECT verdict FROM verdicts WHERE admin_comment_status LIKE 'error:%'"
-                " ORDER BY diagnosed_at LIMIT ?",
-                [limit],
-            )
-            return [json.loads(r["verdict"]) for r in rows]
-        except sqlite3.Error as exc:
-            raise self._unreadable(exc) from None
+        return self._verdicts(
+            "admin_comment_status LIKE 'error:%'", [], order="diagnosed_at", limit=limit
+        )
 
     def row(self, key: str) -> dict[str, Any] | None:
         """The summary row (every column but the JSON) of one key, or ``None``."""
@@ -457,13 +451,8 @@ class Store:
         Raises:
             StoreError: when the database cannot be read.
         """
-        try:
-            for row in self.db.query("SELECT verdict FROM verdicts WHERE key = ?", [key]):
-                data: dict[str, Any] = json.loads(row["verdict"])
-                return data
-        except sqlite3.Error as exc:
-            raise self._unreadable(exc) from None
-        return None
+        found = self._verdicts("key = ?", [key])
+        return found[0] if found else None
 
     def find(self, job: str) -> list[dict[str, Any]]:
         """Verdicts for a job id, an ``A_T`` array task, a SLUID or a key; newest run first.
@@ -471,14 +460,21 @@ class Store:
         Raises:
             StoreError: when the database cannot be read.
         """
+        where, params = VerdictFilter(job=job).where()
+        return self._verdicts(
+            where, params, order='"end" DESC, restart_count DESC, diagnosed_at DESC'
+        )
+
+    def _verdicts(
+        self, where: str, params: Sequence[Any], order: str = "key", limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The verdict JSON of the rows matching a SQL condition, in ``order``."""
+        sql = f"SELECT verdict FROM verdicts WHERE {where} ORDER BY {order}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params = [*params, limit]
         try:
-            rows = self.db.query(
-                "SELECT verdict FROM verdicts"
-                " WHERE key = ? OR sluid = ? OR display_id = ? OR job_id = ?"
-                ' ORDER BY "end" DESC, restart_count DESC, diagnosed_at DESC',
-                [job, job, job, job],
-            )
-            return [json.loads(r["verdict"]) for r in rows]
+            return [json.loads(r["verdict"]) for r in self.db.query(sql, list(params))]
         except sqlite3.Error as exc:
             raise self._unreadable(exc) from None
 
