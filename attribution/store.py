@@ -14,7 +14,7 @@ import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -153,6 +153,33 @@ def m004_ownership_and_trust(db: Database) -> None:
     db.table("coverage").add_column("trust", str)
     db.table("verdicts").add_column("suspect_nodes", str)
     db.table("verdicts").add_column("confidence", str)
+
+
+@migrations()
+def m005_worker_health(db: Database) -> None:
+    """What ``sattr status`` reads besides verdicts: each reconciliation sweep (jobs accounting
+    says ended that never reached the spool), the per-cluster watermark it starts from, and
+    the worker's heartbeat (one row per spool it serves)."""
+    db.table("reconciliations").create(
+        {
+            "id": int,
+            "cluster": str,
+            "ran_at": str,
+            "since": str,
+            "until": str,
+            "seen": int,
+            "enqueued": int,
+            "keys": str,
+            "error": str,
+        },
+        pk="id",
+    )
+    db.table("reconciliations").create_index(["cluster", "ran_at"], if_not_exists=True)
+    db.table("watermarks").create({"cluster": str, "until": str}, pk="cluster")
+    db.table("heartbeat").create(
+        {"spool": str, "pid": int, "host": str, "started_at": str, "beat_at": str, "info": str},
+        pk="spool",
+    )
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -438,6 +465,163 @@ class Store:
         return self._verdicts(
             "admin_comment_status LIKE 'error:%'", [], order="diagnosed_at", limit=limit
         )
+
+    def comment_counts(self) -> dict[str, int]:
+        """How many stored verdicts have each AdminComment status (``error: ...`` statuses are
+        counted together as ``error``).
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        sql = (
+            "SELECT CASE WHEN admin_comment_status LIKE 'error:%' THEN 'error'"
+            " ELSE coalesce(admin_comment_status, 'none') END AS status, count(*) AS n"
+            " FROM verdicts GROUP BY 1"
+        )
+        try:
+            return {r["status"]: r["n"] for r in self.db.query(sql)}
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+
+    def known_keys(self, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` have a stored verdict.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        found: set[str] = set()
+        try:
+            for i in range(0, len(keys), 500):
+                chunk = list(keys[i : i + 500])
+                marks = ",".join("?" for _ in chunk)
+                sql = f"SELECT key FROM verdicts WHERE key IN ({marks})"
+                found.update(r["key"] for r in self.db.query(sql, chunk))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+        return found
+
+    # ------------------------------------------------------------------ worker health
+
+    def watermark(self, cluster: str) -> datetime | None:
+        """Where the last reconciliation of ``cluster`` stopped (UTC), or None before the first.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        try:
+            rows = list(self.db.query("SELECT until FROM watermarks WHERE cluster = ?", [cluster]))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+        return datetime.fromisoformat(rows[0]["until"]) if rows else None
+
+    def record_reconciliation(
+        self,
+        cluster: str,
+        *,
+        ran_at: datetime,
+        since: datetime,
+        until: datetime,
+        seen: int,
+        enqueued: Sequence[str],
+        error: str | None = None,
+    ) -> None:
+        """Record one sweep; without ``error`` the cluster's watermark moves to ``until``.
+        ``seen``: jobs accounting says ended in [since, until) that should have a verdict;
+        ``enqueued``: the keys that had none and were never spooled (at most 100 kept).
+
+        Raises:
+            StoreError: when the database cannot be written.
+        """
+        row = {
+            "cluster": cluster,
+            "ran_at": _iso(ran_at),
+            "since": _iso(since),
+            "until": _iso(until),
+            "seen": seen,
+            "enqueued": len(enqueued),
+            "keys": json.dumps(list(enqueued)[:100]),
+            "error": error,
+        }
+        try:
+            with self.db.conn:
+                self.db.table("reconciliations").insert(row)
+                if error is None:
+                    self.db.table("watermarks").upsert(
+                        {"cluster": cluster, "until": _iso(until)}, pk="cluster"
+                    )
+                # keep a month of sweeps at one a minute at the most
+                self.db.execute(
+                    "DELETE FROM reconciliations WHERE id <= "
+                    "(SELECT max(id) FROM reconciliations) - 50000"
+                )
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"cannot record a reconciliation: {exc}", Location(str(self.path))
+            ) from None
+
+    def reconciliations(
+        self, since: datetime | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Recorded sweeps, newest first (``keys`` decoded to a list).
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        sql = "SELECT * FROM reconciliations"
+        params: list[Any] = []
+        if since is not None:
+            sql += " WHERE ran_at >= ?"
+            params.append(_iso(since))
+        sql += " ORDER BY id DESC LIMIT ?"
+        params.append(limit)
+        try:
+            rows = list(self.db.query(sql, params))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+        for row in rows:
+            row["keys"] = json.loads(row["keys"] or "[]")
+        return rows
+
+    def beat(
+        self, spool: str, *, pid: int, host: str, started_at: datetime, info: dict[str, Any]
+    ) -> None:
+        """The worker serving ``spool`` is alive now; ``info`` is what it wants shown (its
+        counters since it started).
+
+        Raises:
+            StoreError: when the database cannot be written.
+        """
+        row = {
+            "spool": spool,
+            "pid": pid,
+            "host": host,
+            "started_at": _iso(started_at),
+            "beat_at": _iso(datetime.now(UTC)),
+            "info": json.dumps(info, sort_keys=True),
+        }
+        try:
+            with self.db.conn:
+                self.db.table("heartbeat").upsert(row, pk="spool")
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"cannot record the worker heartbeat: {exc}", Location(str(self.path))
+            ) from None
+
+    def heartbeat(self, spool: str) -> dict[str, Any] | None:
+        """The last heartbeat of the worker serving ``spool`` (``info`` decoded), or None.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        try:
+            rows = list(self.db.query("SELECT * FROM heartbeat WHERE spool = ?", [spool]))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+        if not rows:
+            return None
+        row = rows[0]
+        row["info"] = json.loads(row["info"] or "{}")
+        return row
 
     def row(self, key: str) -> dict[str, Any] | None:
         """The summary row (every column but the JSON) of one key, or ``None``."""

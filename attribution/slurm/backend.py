@@ -6,7 +6,10 @@ tools; REPORT A5). Every backend answers the same three questions:
 
 - ``get_job(ref, env, spooled_at)``: the ``JobRecord`` of one job run, from
   accounting (sacct), the controller while it still holds the job (scontrol)
-  and the EpilogSlurmctld environment spooled by the hook;
+  and the EpilogSlurmctld environment spooled by the hook; ``get_jobs`` the same for
+  many runs with one batched query;
+- ``ended_jobs(cluster, since, until)``: job runs accounting says ended in a window (the
+  reconciliation sweep finds the ones the hook never spooled);
 - ``other_jobs(job, start, end)``: which other jobs ran on the job's nodes in its window
   (whose evidence may sit in the same node logs);
 - ``get_comment(job, field)``: the job's AdminComment or SystemComment now;
@@ -16,7 +19,7 @@ tools; REPORT A5). Every backend answers the same three questions:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol
@@ -124,6 +127,55 @@ class JobRef:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class EndedJob:
+    """One job run accounting says has ended (``ended_jobs``): enough to build the spool
+    entry the hook would have written, and so the same key (``hookenv.key_from_env``).
+
+    ``restart_count``: which run of the job this is (0 for the first; ``sacct -D`` lists
+    every run of a requeued job, oldest first, and 22.05-24.11 have no restart field).
+    ``end``: when it ended (UTC). ``nodes``: its node count (0 when it never ran).
+    """
+
+    job_id: str
+    cluster: str
+    state: str
+    exit_code: str
+    derived_exit_code: str
+    end: datetime
+    user: str | None = None
+    uid: str | None = None
+    array_job_id: str | None = None
+    array_task_id: str | None = None
+    restart_count: int = 0
+    sluid: str | None = None
+    nodes: int = 0
+    nodelist: str | None = None
+    partition: str | None = None
+
+    def env(self) -> dict[str, str]:
+        """The SLURM_* variables of an EpilogSlurmctld run for this job, as far as
+        accounting knows them (the worker resolves the rest through sacct, as for any entry)."""
+        env = {
+            "SLURM_JOB_ID": self.job_id,
+            "SLURM_CLUSTER_NAME": self.cluster,
+            "SLURM_JOB_RESTART_COUNT": str(self.restart_count),
+        }
+        optional = {
+            "SLURM_ARRAY_JOB_ID": self.array_job_id,
+            "SLURM_ARRAY_TASK_ID": self.array_task_id,
+            "SLURM_JOB_SLUID": self.sluid,
+            "SLURM_JOB_USER": self.user,
+            "SLURM_JOB_UID": self.uid,
+            "SLURM_JOB_NODELIST": self.nodelist,
+            "SLURM_JOB_PARTITION": self.partition,
+            "SLURM_JOB_EXIT_CODE2": self.exit_code,
+            "SLURM_JOB_DERIVED_EC": self.derived_exit_code,
+        }
+        env.update({k: v for k, v in optional.items() if v})
+        return env
+
+
 class SlurmBackend(Protocol):
     """What the worker and the CLI need from Slurm."""
 
@@ -139,6 +191,25 @@ class SlurmBackend(Protocol):
 
         Raises:
             NotReady: Slurm has no final record of it yet.
+            SlurmError: Slurm could not be asked.
+        """
+        ...
+
+    def get_jobs(
+        self, items: Sequence[tuple[JobRef, Mapping[str, str] | None, float | None]]
+    ) -> list[JobRecord | SlurmError]:
+        """``get_job`` for many job runs at once, answered with as few Slurm calls as the
+        backend can (one batched sacct for all): one result per item, in order, a
+        ``NotReady`` or ``SlurmError`` in place of a record that cannot be had yet.
+        Never raises for one job's trouble."""
+        ...
+
+    def ended_jobs(self, cluster: str | None, since: datetime, until: datetime) -> list[EndedJob]:
+        """Every job run (array tasks one by one, each run of a requeued job) that accounting
+        says ended at or after ``since`` and before ``until`` (UTC), on ``cluster`` (None: the
+        local one), for the reconciliation sweep.
+
+        Raises:
             SlurmError: Slurm could not be asked.
         """
         ...
