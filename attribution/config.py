@@ -207,6 +207,56 @@ class SlurmSettings(_Strict):
     bin_dir: str | None = None
 
 
+class Pool(_Strict):
+    """How the worker spreads jobs over processes.
+
+    ``processes``: diagnoses run at once, each in its own process (0: one per CPU core).
+    ``batch``: spool entries resolved with one batched ``sacct`` call at the most.
+    ``large_nodes``: a job on more nodes than this is large; large jobs never take every
+    process, so a 1-node verdict never waits behind a 4,096-node one. Within the small lane,
+    entries are taken round robin across array jobs (and users), oldest first, so a
+    1,000-task array does not hold back other jobs' verdicts.
+    """
+
+    processes: int = Field(default=0, ge=0, le=256)
+    batch: int = Field(default=200, ge=1, le=5000)
+    large_nodes: int = Field(default=64, ge=1)
+
+
+class Reconcile(_Strict):
+    """The reconciliation sweep: jobs accounting says ended that never reached the spool
+    (the hook failed, the spool was full or read-only, the epilog ran on a failover host)
+    are spooled by the worker itself.
+
+    ``enabled``: run the sweep. ``interval``: seconds between sweeps. ``grace``: a job
+    counts as missing only this long after it ended (beyond ``settle_delay``), so the hook's
+    own entry wins when it is merely late. ``first_lookback``: how far back the very first
+    sweep looks (later ones start at the stored watermark). ``clusters``: the clusters to
+    sweep (empty: the local one, as sacct sees it).
+    """
+
+    enabled: bool = True
+    interval: Duration = 300.0
+    grace: Duration = 120.0
+    first_lookback: Duration = 3600.0
+    clusters: list[str] = []
+
+
+class Health(_Strict):
+    """When ``sattr status`` calls the worker unhealthy (non-zero exit).
+
+    ``max_queue_age``: the oldest ready spool entry has waited longer than this.
+    ``max_heartbeat_age``: the worker has not reported for longer than this.
+    ``max_reconcile_age``: the last reconciliation sweep is older than this (or failed).
+    ``max_failed``: more entries than this sit in ``failed/``.
+    """
+
+    max_queue_age: Duration = 900.0
+    max_heartbeat_age: Duration = 300.0
+    max_reconcile_age: Duration = 1800.0
+    max_failed: int = Field(default=0, ge=0)
+
+
 class Config(_Strict):
     """The whole configuration; every field has a default."""
 
@@ -225,6 +275,9 @@ class Config(_Strict):
     record_pass: bool = False
     timezone: str = "UTC"
     slurm: SlurmSettings = SlurmSettings()
+    pool: Pool = Pool()
+    reconcile: Reconcile = Reconcile()
+    health: Health = Health()
     rules: list[Path] = []
     admin_groups: list[str] = []
 
@@ -340,6 +393,9 @@ admin_comment: {enabled: false, foreign: skip, max_length: 256}
 record_pass: false
 timezone: UTC              # zone of node log stamps that carry no offset
 slurm: {backend: auto, timeout: 30s, retries: 2}
+pool: {processes: 0, batch: 200, large_nodes: 64}   # 0 processes: one per CPU core
+reconcile: {enabled: true, interval: 5m, grace: 2m, first_lookback: 1h}
+health: {max_queue_age: 15m, max_heartbeat_age: 5m, max_reconcile_age: 30m, max_failed: 0}
 """
 
 __all__ = [
@@ -349,9 +405,12 @@ __all__ = [
     "AdminComment",
     "Config",
     "Gpus",
+    "Health",
     "JobOutput",
     "LogPaths",
+    "Pool",
     "Reading",
+    "Reconcile",
     "Retries",
     "SlurmSettings",
     "StreamTrust",
