@@ -136,6 +136,38 @@ class Spool:
                     f"cannot create: {exc.strerror or exc}", Location(str(path))
                 ) from None
 
+    def repair(self) -> list[str]:
+        """Recreate subdirectories that were deleted under an existing spool, with the owner,
+        group and mode of the spool directory itself (what ``systemd-tmpfiles`` gave it).
+        Returns the names created. A missing spool directory is left to ``check``: its owner
+        and group are the site's choice (INSTALL.md step 3).
+
+        Raises:
+            SpoolError: when a directory cannot be created.
+        """
+        try:
+            info = self.root.stat()
+        except OSError:
+            return []
+        created = []
+        for name in (*SUBDIRS, *OPTIONAL_SUBDIRS):
+            path = self.dir(name)
+            if path.is_dir() or path.is_symlink():
+                continue
+            try:
+                path.mkdir(mode=stat.S_IMODE(info.st_mode))
+                os.chmod(path, stat.S_IMODE(info.st_mode))  # mkdir's mode passes the umask
+                if os.geteuid() == 0:
+                    os.chown(path, info.st_uid, info.st_gid)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise SpoolError(
+                    f"cannot recreate: {exc.strerror or exc}", Location(str(path))
+                ) from None
+            created.append(name)
+        return created
+
     def check(self) -> None:
         """Raise ``SpoolError`` unless every subdirectory exists and is writable."""
         for name in SUBDIRS:
@@ -287,6 +319,11 @@ class Spool:
                     shutil.rmtree(path)
                 else:
                     path.unlink()
+
+    def unclaim(self, claimed: Claimed) -> None:
+        """Give a claimed entry back to ``new/`` untouched (no attempt counted): the worker
+        stopped before it started on it. A newer entry for the key in ``new/`` wins."""
+        self._move_no_clobber(claimed.path, self.dir("new") / claimed.key)
 
     def ack(self, claimed: Claimed) -> None:
         """The entry is done: ``work/<key>`` -> ``done/<key>`` (its mtime set to now)."""

@@ -1,29 +1,45 @@
 """The worker behind ``sattr worker``: spool entry -> Slurm job record -> evidence -> verdict.
 
-For each entry in the spool, oldest first, once it is ``settle_delay`` seconds
-old (node logs arrive late through syslog forwarding):
+Entries become ready ``settle_delay`` seconds after the hook spooled them (node logs arrive
+late through syslog forwarding). The worker process (the parent) owns the spool and the
+store; diagnoses run in a pool of ``pool.processes`` child processes:
 
-1. parse the hook's entry (``slurm.hookenv``);
-2. resolve the job through the Slurm backend; a job Slurm has not finished
-   recording is retried later;
-3. drop COMPLETED jobs with exit code and derived exit code 0:0, or record
-   them as ``pass`` when ``record_pass`` is set (without reading logs);
-4. collect the evidence (``collect``), run ``analyze`` and save the verdict
-   (SQLite upsert by key, so an entry processed twice still gives one row);
-5. optionally write the one-line AdminComment, and record what happened;
-6. move the entry to ``done/`` (or back to ``new/`` for a retry, or to
+1. the parent lists the ready entries in fair order (``fair_order``: round robin across
+   array jobs and users, oldest first), claims a batch of up to ``pool.batch`` and parses
+   them (``slurm.hookenv``);
+2. it resolves the whole batch with one batched Slurm query (``backend.get_jobs``); a job
+   Slurm has not finished recording is retried later;
+3. it drops COMPLETED jobs with exit code and derived exit code 0:0 (or records them as
+   ``pass`` when ``record_pass`` is set, without reading logs);
+4. each remaining job goes to a child: the small-jobs lane first; jobs on more than
+   ``pool.large_nodes`` nodes never take every process. The child checks which other jobs
+   shared the nodes, collects the evidence, runs ``analyze`` and writes the AdminComment;
+5. the parent saves the verdict (SQLite upsert by key, so an entry processed twice still
+   gives one row) and moves the entry to ``done/`` (or back to ``new/`` for a retry, or to
    ``failed/`` after ``retries.max_attempts``).
+
+Between rounds it writes failed AdminComments again with backoff, runs the reconciliation
+sweep (``attribution.reconcile``) and records a heartbeat for ``sattr status``. A worker
+built with a backend, store or rule set passed in (tests, tools) diagnoses in its own
+process: a child could not share those objects.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
+import re
 import signal
+import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,7 +58,7 @@ from attribution.slurm.factory import make_backend
 from attribution.slurm.hookenv import parse_entry
 from attribution.slurm.resolve import with_allocation
 from attribution.sources.readahead import read_sources
-from attribution.spool import Claimed, RetryPolicy, Spool
+from attribution.spool import Claimed, Pending, RetryPolicy, Spool, read_spool_file
 from attribution.store import Store
 from attribution.verdictjson import verdict_from_dict
 
@@ -53,6 +69,16 @@ PRUNE_EVERY = 3600.0
 # failed status is kept in the store, so a restarted worker picks them up again.
 COMMENT_RETRY_FIRST = 30.0
 COMMENT_RETRY_MAX = 1800.0
+HEARTBEAT_EVERY = 10.0
+# a child process is replaced after this many diagnoses (memory stays bounded per process)
+TASKS_PER_CHILD = 500
+# how far ahead of the batch the parent reads entries to order them fairly
+LOOKAHEAD_BATCHES = 20
+_GROUP_VARS = re.compile(
+    r"^(?:export |declare -x )?(SLURM_ARRAY_JOB_ID|SLURM_JOB_USER|SLURM_JOB_ID)="
+    r"[\'\"]?([A-Za-z0-9._-]{1,64})",
+    re.MULTILINE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +89,100 @@ class Outcome:
     key: str
     result: str
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    """What a child sends back for one job: the verdict and the AdminComment outcome, or
+    ``error`` (the entry is retried)."""
+
+    verdict: Verdict | None
+    comment_status: str = "disabled"
+    comment_line: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class _Task:
+    """A claimed entry resolved to its job, waiting for (or in) a child process."""
+
+    claimed: Claimed
+    job: JobRecord
+    large: bool
+
+
+@dataclass(slots=True)
+class Counters:
+    """What the worker did since it started (shown by ``sattr status``)."""
+
+    started_at: float
+    results: dict[str, int] = field(default_factory=dict)
+    reconciled: int = 0
+    comments_rewritten: int = 0
+    children_lost: int = 0
+
+    def count(self, result: str, n: int = 1) -> None:
+        self.results[result] = self.results.get(result, 0) + n
+
+
+def pool_size(config: Config) -> int:
+    """Diagnoses at once: ``pool.processes``, or one per CPU core this process may use."""
+    if config.pool.processes:
+        return config.pool.processes
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def entry_group(text: str | None, key: str) -> str:
+    """The fairness group of a spool entry: its array job, else its user, else itself. Read
+    with one regex over the entry text (a hint for ordering only; the entry is parsed
+    properly when claimed)."""
+    found: dict[str, str] = {m.group(1): m.group(2) for m in _GROUP_VARS.finditer(text or "")}
+    if "SLURM_ARRAY_JOB_ID" in found:
+        return "array:" + found["SLURM_ARRAY_JOB_ID"]
+    if "SLURM_JOB_USER" in found:
+        return "user:" + found["SLURM_JOB_USER"]
+    return "key:" + key
+
+
+def fair_order(items: Sequence[Pending], group: Callable[[Pending], str]) -> list[Pending]:
+    """``items`` (oldest first) taken round robin across their groups, the group with the
+    oldest entry first: a 1,000-task array or one user's thousand jobs get one turn per
+    round, like every other job."""
+    queues: dict[str, deque[Pending]] = {}
+    for item in items:
+        queues.setdefault(group(item), deque()).append(item)
+    out: list[Pending] = []
+    active = list(queues.values())
+    while active:
+        nxt = []
+        for q in active:
+            out.append(q.popleft())
+            if q:
+                nxt.append(q)
+        active = nxt
+    return out
+
+
+# -------------------------------------------------------------- child processes
+
+_CHILD: Worker | None = None
+
+
+def _child_init(config: Config) -> None:
+    """Runs once in each child: its own Slurm backend, store connection and rules."""
+    global _CHILD
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _CHILD = Worker(config, processes=1)
+
+
+def _child_task(job: JobRecord) -> TaskResult:
+    assert _CHILD is not None, "child not initialised"
+    return _CHILD.complete(job)
 
 
 def make_spool(config: Config) -> Spool:
@@ -85,6 +205,8 @@ class Worker:
         ruleset: the rules (shipped plus ``config.rules`` when omitted).
         spool: the spool (``config.spool`` when omitted).
         clock: epoch seconds now (tests pass a fake).
+        processes: diagnoses at once (default ``pool_size(config)``; 1 when a backend,
+            store or rule set is passed in).
     """
 
     def __init__(
@@ -96,8 +218,11 @@ class Worker:
         ruleset: RuleSet | None = None,
         spool: Spool | None = None,
         clock: Callable[[], float] = time.time,
+        processes: int | None = None,
     ) -> None:
         self.config = config
+        injected = store is not None or backend is not None or ruleset is not None
+        self.processes = processes or (1 if injected else pool_size(config))
         self.store = store or Store(config.store)
         self.backend = backend or make_backend(config.slurm, timezone=config.timezone)
         self.ruleset = ruleset or load_ruleset(list(config.rules))
@@ -112,6 +237,10 @@ class Worker:
         self._stop = threading.Event()
         # key -> (when the next AdminComment write may be tried, the wait that led to it)
         self._comment_backoff: dict[str, tuple[float, float]] = {}
+        self._pool: ProcessPoolExecutor | None = None
+        self._groups: dict[tuple[str, float], str] = {}
+        self.counters = Counters(started_at=clock())
+        self._last_beat = float("-inf")
 
     # ------------------------------------------------------------------ one job
 
@@ -220,48 +349,107 @@ class Worker:
         return written
 
     def process(self, claimed: Claimed) -> Outcome:
-        """Process one claimed entry and move it on; returns what happened."""
-        key = claimed.key
+        """Process one claimed entry in this process and move it on; returns what happened."""
+        outcomes, tasks = self.prepare([claimed])
+        for task in tasks:
+            outcomes.append(self.finish(task, self.complete(task.job)))
+        return outcomes[0]
+
+    def prepare(self, batch: Sequence[Claimed]) -> tuple[list[Outcome], list[_Task]]:
+        """Parse a batch of claimed entries and resolve their jobs with one batched Slurm
+        query. Entries that are done already (malformed, not ready, passed) are moved on
+        here and returned as outcomes; the rest come back as tasks for ``complete``."""
+        outcomes: list[Outcome] = []
+        parsed: list[tuple[Claimed, dict[str, str]]] = []
+        refs: list[tuple[JobRef, dict[str, str], float]] = []
+        for claimed in batch:
+            try:
+                entry = parse_entry(
+                    claimed.text, source=str(claimed.path), mtime=claimed.spooled_at
+                )
+                ref = JobRef.from_env(entry.env)
+            except Exception as exc:  # SpoolError, or anything odd in a hand-made entry
+                outcomes.append(self._retry(claimed, f"malformed entry: {exc}", permanent=True))
+                continue
+            parsed.append((claimed, dict(entry.env)))
+            refs.append((ref, dict(entry.env), claimed.spooled_at))
         try:
-            entry = parse_entry(claimed.text, source=str(claimed.path), mtime=claimed.spooled_at)
-            ref = JobRef.from_env(entry.env)
-        except Exception as exc:  # SpoolError, or anything odd in a hand-made entry
-            return self._retry(claimed, f"malformed entry: {exc}", permanent=True)
+            answers: Sequence[JobRecord | Exception] = self.backend.get_jobs(refs)
+        except Exception as exc:  # a backend must not raise here; never lose the batch
+            answers = [exc] * len(refs)
+        tasks: list[_Task] = []
+        for (claimed, _env), answer in zip(parsed, answers, strict=True):
+            if isinstance(answer, NotReady | AttributionError):
+                outcomes.append(self._retry(claimed, str(answer)))
+                continue
+            if isinstance(answer, BaseException):
+                outcomes.append(self._retry(claimed, _internal(answer)))
+                continue
+            job = answer
+            if job.key != claimed.key:
+                log.debug("entry %s resolves to key %s", claimed.key, job.key)
+            try:
+                if job_passed(job) and not self.config.record_pass:
+                    self.spool.ack(claimed)
+                    outcomes.append(
+                        Outcome(claimed.key, "dropped", f"job {job.display_id} completed 0:0")
+                    )
+                    continue
+                if not job_passed(job):
+                    alloc = self.spool.read_alloc(claimed.key)
+                    if alloc is not None:
+                        job = with_allocation(job, alloc)
+            except Exception as exc:
+                outcomes.append(self._retry(claimed, _internal(exc)))
+                continue
+            large = len(job.nodes) > self.config.pool.large_nodes
+            tasks.append(_Task(claimed, job, large))
+        return outcomes, tasks
+
+    def complete(self, job: JobRecord) -> TaskResult:
+        """A job's verdict and its AdminComment write (in a child process, or here): which
+        other jobs shared its nodes, its evidence, ``analyze``. Never raises."""
+        began = time.monotonic()
         try:
-            job = self.backend.get_job(ref, entry.env, spooled_at=claimed.spooled_at)
-            if job.key != key:
-                log.debug("entry %s resolves to key %s", key, job.key)
-            if job_passed(job) and not self.config.record_pass:
-                self.spool.ack(claimed)
-                return Outcome(key, "dropped", f"job {job.display_id} completed 0:0")
             if not job_passed(job):
-                alloc = self.spool.read_alloc(key)
-                if alloc is not None:
-                    job = with_allocation(job, alloc)
                 job = self.ownership_facts(job)
             verdict = self.diagnose(job)
-            spooled = datetime.fromtimestamp(claimed.spooled_at, UTC)
-            self.store.save(verdict, admin_comment_status="pending", spooled_at=spooled)
             if verdict.terminal_state.value == "pass":
                 status, line = "not-written-pass", None
             else:
                 status, line = self.write_comment(verdict)
-            self.store.set_admin_comment(verdict.job.key, status, line)
         except (NotReady, AttributionError) as exc:
-            return self._retry(claimed, str(exc))
+            return TaskResult(None, error=str(exc), seconds=time.monotonic() - began)
         except Exception as exc:  # a bug: keep the entry, say where
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            return self._retry(
-                claimed,
-                f"internal error {type(exc).__name__}: {exc} ({where.filename}:{where.lineno})",
+            return TaskResult(None, error=_internal(exc), seconds=time.monotonic() - began)
+        return TaskResult(verdict, status, line, seconds=time.monotonic() - began)
+
+    def finish(self, task: _Task, result: TaskResult) -> Outcome:
+        """Save what a child found and move the entry on (in the parent)."""
+        claimed = task.claimed
+        if result.verdict is None:
+            return self._retry(claimed, result.error or "no verdict")
+        verdict = result.verdict
+        try:
+            spooled = datetime.fromtimestamp(claimed.spooled_at, UTC)
+            self.store.save(
+                verdict,
+                admin_comment_status=result.comment_status,
+                admin_comment=result.comment_line,
+                spooled_at=spooled,
             )
-        self.spool.ack(claimed)
+            self.spool.ack(claimed)
+        except AttributionError as exc:
+            return self._retry(claimed, str(exc))
+        except OSError as exc:
+            return self._retry(claimed, f"spool: {exc.strerror or exc}")
         cause = verdict.cause.id if verdict.cause else "-"
         return Outcome(
-            key,
+            claimed.key,
             "saved",
-            f"job {job.display_id}: {verdict.terminal_state.value} {verdict.sub_domain.value} "
-            f"{cause}; admin comment {status}",
+            f"job {verdict.job.display_id}: {verdict.terminal_state.value} "
+            f"{verdict.sub_domain.value} {cause}; admin comment {result.comment_status} "
+            f"({result.seconds:.2f}s)",
         )
 
     def _retry(self, claimed: Claimed, error: str, *, permanent: bool = False) -> Outcome:
@@ -277,32 +465,165 @@ class Worker:
     # ------------------------------------------------------------------ the loop
 
     def run_ready(self) -> tuple[list[Outcome], float | None]:
-        """Process every entry that is ready now, oldest first.
+        """Process every entry that is ready, in fair order, ``processes`` at a time.
 
-        Returns the outcomes and the epoch time the next waiting entry becomes
-        ready (``None`` when nothing waits).
+        Batches are claimed and resolved as the lanes run short, so entries spooled
+        meanwhile join in their fair place. Returns the outcomes and the epoch time the
+        next waiting entry becomes ready (``None`` when nothing waits).
         """
         outcomes: list[Outcome] = []
+        slots = self.processes
+        max_large = max(1, slots - 1)  # with 2+ processes one always serves small jobs
+        small: deque[_Task] = deque()
+        large: deque[_Task] = deque()
+        inflight: dict[Future[TaskResult], _Task] = {}
         next_ready: float | None = None
-        for item in self.spool.pending(settle=self.config.settle_delay):
-            if self._stop.is_set():
+        listed_empty = False
+        try:
+            while True:
+                stopping = self._stop.is_set()
+                if not stopping and not listed_empty and len(small) + len(large) < slots:
+                    batch, next_ready, stuck = self._claim_batch()
+                    self._note(stuck, outcomes)
+                    if batch:
+                        done, tasks = self.prepare(batch)
+                        self._note(done, outcomes)
+                        for task in tasks:
+                            (large if task.large else small).append(task)
+                    else:
+                        listed_empty = True
+                running_large = sum(1 for t in inflight.values() if t.large)
+                while not self._stop.is_set() and len(inflight) < slots:
+                    if small:
+                        task = small.popleft()
+                    elif large and running_large < max_large:
+                        task = large.popleft()
+                        running_large += 1
+                    else:
+                        break
+                    inflight[self._submit(task)] = task
+                if not inflight:
+                    if stopping or (listed_empty and not small and not large):
+                        break
+                    continue
+                finished, _ = wait(inflight, timeout=1.0, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    task = inflight.pop(fut)
+                    self._note([self.finish(task, self._result(fut))], outcomes)
+                self.beat()
+        finally:
+            # stopped (or an error): what was claimed but never started goes back, unharmed
+            for task in (*small, *large):
+                try:
+                    self.spool.unclaim(task.claimed)
+                except OSError as exc:
+                    log.warning("cannot give %s back to new/: %s", task.claimed.key, exc)
+        return outcomes, next_ready
+
+    def _claim_batch(self) -> tuple[list[Claimed], float | None, list[Outcome]]:
+        """Claim up to ``pool.batch`` ready entries in fair order; also the time the next
+        waiting entry becomes ready and the entries that could not be claimed."""
+        now = self.clock()
+        items = self.spool.pending(settle=self.config.settle_delay)
+        ready = [i for i in items if i.ready_at <= now]
+        next_ready = min((i.ready_at for i in items if i.ready_at > now), default=None)
+        live = {(i.key, i.spooled_at) for i in ready}
+        self._groups = {k: v for k, v in self._groups.items() if k in live}
+        batch: list[Claimed] = []
+        stuck: list[Outcome] = []
+        for item in fair_order(ready, self._group_of):
+            if len(batch) >= self.config.pool.batch or self._stop.is_set():
                 break
-            if item.ready_at > self.clock():
-                next_ready = item.ready_at if next_ready is None else min(next_ready, item.ready_at)
-                continue
             try:
                 claimed = self.spool.claim(item.key)
-                if claimed is None:
-                    continue
-                outcome = self.process(claimed)
             except (OSError, SpoolError) as exc:  # one entry must never stop the worker
-                outcome = Outcome(item.key, "stuck", f"spool: {exc}")
+                stuck.append(Outcome(item.key, "stuck", f"spool: {exc}"))
+                continue
+            if claimed is not None:
+                batch.append(claimed)
+        return batch, next_ready, stuck
+
+    def _group_of(self, item: Pending) -> str:
+        """The fairness group of a ready entry (read once per entry and cached)."""
+        cache_key = (item.key, item.spooled_at)
+        group = self._groups.get(cache_key)
+        if group is None:
+            text = read_spool_file(self.spool.dir("new") / item.key, limit=64 * 1024)
+            group = self._groups[cache_key] = entry_group(text, item.key)
+        return group
+
+    def _submit(self, task: _Task) -> Future[TaskResult]:
+        """Start a task in a child process (or run it here with one process)."""
+        if self.processes <= 1:
+            fut: Future[TaskResult] = Future()
+            fut.set_result(self.complete(task.job))
+            return fut
+        if self._pool is None:
+            ctx = multiprocessing.get_context("forkserver")
+            # children start from a clean server process: no spool lock, store connection
+            # or threads of the parent are inherited
+            ctx.set_forkserver_preload(["attribution.worker"])
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.processes,
+                mp_context=ctx,
+                initializer=_child_init,
+                initargs=(self.config,),
+                max_tasks_per_child=TASKS_PER_CHILD,
+            )
+        return self._pool.submit(_child_task, task.job)
+
+    def _result(self, fut: Future[TaskResult]) -> TaskResult:
+        try:
+            return fut.result()
+        except BrokenProcessPool:
+            # a child was killed (OOM killer, a signal) or crashed: every task it held is
+            # retried; the pool is replaced
+            self.counters.children_lost += 1
+            self.close_pool(wait=False)
+            return TaskResult(None, error="the diagnosing process died (killed or crashed)")
+        except Exception as exc:  # a result that could not be sent back
+            return TaskResult(None, error=_internal(exc))
+
+    def close_pool(self, *, wait: bool = True) -> None:
+        """Stop the child processes (after their current job when ``wait``)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait, cancel_futures=True)
+            self._pool = None
+
+    def _note(self, outcomes: Iterable[Outcome], into: list[Outcome]) -> None:
+        for outcome in outcomes:
             level = (
                 logging.WARNING if outcome.result in ("retry", "failed", "stuck") else logging.INFO
             )
             log.log(level, "%s %s: %s", outcome.result, outcome.key, outcome.detail)
-            outcomes.append(outcome)
-        return outcomes, next_ready
+            self.counters.count(outcome.result)
+            into.append(outcome)
+
+    def beat(self, *, force: bool = False) -> None:
+        """Record the heartbeat ``sattr status`` reads, at most every ``HEARTBEAT_EVERY``
+        seconds. Never raises: a store error only loses the beat."""
+        now = self.clock()
+        if not force and now - self._last_beat < HEARTBEAT_EVERY:
+            return
+        self._last_beat = now
+        c = self.counters
+        info = {
+            "processes": self.processes,
+            "results": dict(c.results),
+            "reconciled": c.reconciled,
+            "comments_rewritten": c.comments_rewritten,
+            "children_lost": c.children_lost,
+        }
+        try:
+            self.store.beat(
+                str(self.spool.root),
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                started_at=datetime.fromtimestamp(c.started_at, UTC),
+                info=info,
+            )
+        except StoreError as exc:
+            log.warning("%s", exc)
 
     def stop(self, *_: Any) -> None:
         """Ask ``run`` to return after the entry it is working on."""
@@ -318,6 +639,9 @@ class Worker:
         Raises:
             SpoolError: when the spool is unusable or another worker holds it.
         """
+        created = self.spool.repair()
+        if created:
+            log.warning("recreated spool director(ies) %s", ", ".join(created))
         self.spool.check()
         done: list[Outcome] = []
         with self.spool.locked():
@@ -326,39 +650,58 @@ class Worker:
                 log.warning("recovered %d entr(ies) left in work/", len(recovered))
             last_prune = 0.0
             last_comments = float("-inf")  # at start: writes a previous run left failed
-            while not self._stop.is_set():
-                if self.clock() - last_prune >= PRUNE_EVERY:
+            try:
+                while not self._stop.is_set():
+                    if self.clock() - last_prune >= PRUNE_EVERY:
+                        try:
+                            removed = self.spool.prune(self.config.retention)
+                        except OSError as exc:
+                            log.warning("cannot prune the spool: %s", exc)
+                            removed = 0
+                        if removed:
+                            log.info("pruned %d old spool file(s)", removed)
+                        last_prune = self.clock()
+                    if self.clock() - last_comments >= COMMENT_RETRY_FIRST:  # cheap, rarely
+                        self.counters.comments_rewritten += self.retry_comments()
+                        last_comments = self.clock()
+                    self.reconcile_due()
+                    self.beat()
                     try:
-                        removed = self.spool.prune(self.config.retention)
+                        outcomes, next_ready = self.run_ready()
                     except OSError as exc:
-                        log.warning("cannot prune the spool: %s", exc)
-                        removed = 0
-                    if removed:
-                        log.info("pruned %d old spool file(s)", removed)
-                    last_prune = self.clock()
-                if self.clock() - last_comments >= COMMENT_RETRY_FIRST:  # a cheap query, rarely
-                    self.retry_comments()
-                    last_comments = self.clock()
-                try:
-                    outcomes, next_ready = self.run_ready()
-                except OSError as exc:
-                    # the spool went away or became unusable under the worker: say what is
-                    # missing in one line (SpoolError) instead of a traceback
-                    self.spool.check()
-                    raise SpoolError(
-                        f"cannot read the spool: {exc.strerror or exc}",
-                        Location(str(self.spool.root)),
-                    ) from None
-                done.extend(outcomes)
-                if once:
-                    break
-                if outcomes:
-                    continue
-                wait = self.config.poll_interval
-                if next_ready is not None:
-                    wait = max(0.05, min(wait, next_ready - self.clock()))
-                self._stop.wait(wait)
+                        outcomes, next_ready = self._spool_trouble(exc), None
+                    done.extend(outcomes)
+                    if once:
+                        break
+                    if outcomes:
+                        continue
+                    wait = self.config.poll_interval
+                    if next_ready is not None:
+                        wait = max(0.05, min(wait, next_ready - self.clock()))
+                    self._stop.wait(wait)
+            finally:
+                self.beat(force=True)
+                self.close_pool()
         return done
+
+    def _spool_trouble(self, exc: OSError) -> list[Outcome]:
+        """The spool changed under the worker: subdirectories deleted are recreated and the
+        loop goes on; a spool that is gone or unusable ends the worker with one line.
+
+        Raises:
+            SpoolError: when the spool cannot be used any more.
+        """
+        created = self.spool.repair()
+        if created:
+            log.warning("recreated spool director(ies) %s", ", ".join(created))
+            return []
+        self.spool.check()
+        raise SpoolError(
+            f"cannot read the spool: {exc.strerror or exc}", Location(str(self.spool.root))
+        ) from None
+
+    def reconcile_due(self) -> None:
+        """Run the reconciliation sweep when ``reconcile.interval`` has passed."""
 
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT stop the loop after the current entry."""
@@ -402,6 +745,13 @@ class Worker:
         return verdict, None
 
 
+def _internal(exc: BaseException) -> str:
+    """A bug's message for the retry record: type, text and where it was raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"internal error {type(exc).__name__}: {exc}{where}"
+
+
 def _lost_sources(old: Verdict, new: Verdict) -> list[str]:
     """Sources (``stream@node``) the old verdict read lines from that the new one could not."""
 
@@ -412,4 +762,13 @@ def _lost_sources(old: Verdict, new: Verdict) -> list[str]:
     return sorted(f"{stream}@{node}" if node else stream for stream, node in gone)
 
 
-__all__ = ["Outcome", "Worker", "make_spool"]
+__all__ = [
+    "Counters",
+    "Outcome",
+    "TaskResult",
+    "Worker",
+    "entry_group",
+    "fair_order",
+    "make_spool",
+    "pool_size",
+]

@@ -39,6 +39,16 @@ class StandIn:
             raise found
         return found
 
+    def get_jobs(self, items):  # type: ignore[no-untyped-def]
+        self.batches = [*getattr(self, "batches", []), len(items)]
+        out: list[JobRecord | Exception] = []
+        for ref, env, spooled_at in items:
+            try:
+                out.append(self.get_job(ref, env, spooled_at))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
     def other_jobs(self, job: JobRecord, start: datetime, end: datetime) -> dict[str, tuple]:  # type: ignore[type-arg]
         self.asked_other_jobs = (job.job_id, start, end)
         return {}
@@ -267,3 +277,112 @@ def test_a_failed_admin_comment_write_is_retried_until_it_succeeds(
     assert row is not None and row["admin_comment_status"] == "written"
     assert flaky.comments[("2", "AdminComment")] == row["admin_comment"]
     assert again.retry_comments() == 0  # nothing left to write
+
+
+# ------------------------------------------------------------------ throughput and fairness
+
+
+def test_fair_order_takes_one_entry_per_group_per_round() -> None:
+    """A 1,000-task array (or one user's many jobs) gets one turn per round: the single job
+    spooled after it is taken second, not after the whole array (issue 12)."""
+    from attribution.spool import Pending
+    from attribution.worker import fair_order
+
+    items = [Pending(f"c_9_{t}_0", float(t), float(t)) for t in range(1000)]
+    items.append(Pending("c_10_0", 2000.0, 2000.0))
+    items.append(Pending("c_11_0", 2001.0, 2001.0))
+    groups = {i.key: ("array:9" if i.key.startswith("c_9_") else i.key) for i in items}
+    order = [p.key for p in fair_order(items, lambda p: groups[p.key])]
+    assert order[:5] == ["c_9_0_0", "c_10_0", "c_11_0", "c_9_1_0", "c_9_2_0"]
+    assert sorted(order) == sorted(groups)  # nothing lost or repeated
+
+
+def test_entry_group_reads_the_array_job_or_the_user_from_any_shell() -> None:
+    from attribution.worker import entry_group
+
+    dash = (
+        "# attribution-spool 1 key=k\nexport SLURM_ARRAY_JOB_ID='77'\nexport SLURM_JOB_USER='ann'\n"
+    )
+    bash = '# attribution-spool 1 key=k\ndeclare -x SLURM_JOB_ID="5"\ndeclare -x SLURM_JOB_USER="bob"\n'
+    assert entry_group(dash, "k") == "array:77"
+    assert entry_group(bash, "k") == "user:bob"
+    assert entry_group("garbage", "k") == "key:k"
+    assert entry_group(None, "k") == "key:k"
+
+
+def test_small_jobs_go_before_large_ones_and_one_sacct_resolves_the_batch(
+    tmp_path: Path, ruleset: RuleSet
+) -> None:
+    """A 4,096-node job spooled first does not hold back 1-node verdicts, and the batch is
+    resolved with one get_jobs call (issue 12)."""
+    from dataclasses import replace
+
+    big = replace(
+        record("1", "FAILED", "1:0"),
+        nodes=tuple(f"n{i:04d}" for i in range(4096)),
+        nodelist="n[0000-4095]",
+    )
+    jobs: dict[str, JobRecord | Exception] = {"1": big}
+    for j in ("2", "3", "4"):
+        jobs[j] = record(j, "FAILED", "1:0")
+    worker, spool, backend = make(tmp_path, ruleset, jobs)
+    for j in ("1", "2", "3", "4"):
+        enqueue(spool, j)
+        time.sleep(0.01)  # distinct spool times: job 1 is the oldest
+    outcomes = worker.run(once=True)
+    assert [o.key for o in outcomes] == ["c_2_0", "c_3_0", "c_4_0", "c_1_0"]
+    assert {o.result for o in outcomes} == {"saved"}
+    assert backend.batches == [4]
+
+
+def test_a_worker_stopped_with_claimed_entries_gives_them_back(
+    tmp_path: Path, ruleset: RuleSet
+) -> None:
+    """Entries claimed in a batch but not started when the worker is asked to stop go back
+    to new/ without an attempt counted."""
+    jobs: dict[str, JobRecord | Exception] = {j: record(j, "FAILED", "1:0") for j in "123"}
+    worker, spool, _ = make(tmp_path, ruleset, jobs)
+    for j in "123":
+        enqueue(spool, j)
+    real = worker.complete
+
+    def complete_then_stop(job: JobRecord):  # type: ignore[no-untyped-def]
+        worker.stop()
+        return real(job)
+
+    worker.complete = complete_then_stop  # type: ignore[method-assign]
+    outcomes = worker.run(once=True)
+    assert [o.result for o in outcomes] == ["saved"]
+    assert spool.counts() == {"new": 2, "work": 0, "done": 1, "failed": 0}
+    assert not any(spool.dir("retry").iterdir())
+
+
+def test_deleted_spool_subdirectories_are_recreated_like_the_spool(
+    tmp_path: Path, ruleset: RuleSet
+) -> None:
+    """An admin's rm -rf of new/ and done/: the worker recreates them with the spool
+    directory's own mode (and owner, as root) and goes on (issue 12)."""
+    import shutil
+    import stat
+
+    worker, spool, _ = make(tmp_path, ruleset, {"2": record("2", "FAILED", "1:0")})
+    spool.root.chmod(0o2770)
+    shutil.rmtree(spool.dir("new"))
+    shutil.rmtree(spool.dir("done"))
+    worker.run(once=True)
+    for name in ("new", "done"):
+        info = spool.dir(name).stat()
+        assert stat.S_IMODE(info.st_mode) == 0o2770
+        assert (info.st_uid, info.st_gid) == (spool.root.stat().st_uid, spool.root.stat().st_gid)
+    enqueue(spool, "2")
+    assert [o.result for o in worker.run(once=True)] == ["saved"]
+
+
+def test_a_heartbeat_is_recorded_for_sattr_status(tmp_path: Path, ruleset: RuleSet) -> None:
+    worker, spool, _ = make(tmp_path, ruleset, {"2": record("2", "FAILED", "1:0")})
+    enqueue(spool, "2")
+    worker.run(once=True)
+    beat = Store(tmp_path / "v.sqlite").heartbeat(str(spool.root))
+    assert beat is not None and beat["pid"] > 0
+    assert beat["info"]["results"] == {"saved": 1}
+    assert beat["info"]["processes"] == 1
