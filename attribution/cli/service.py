@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -44,30 +43,6 @@ def worker(config_path: str | None, once: bool, verbose: bool) -> None:
             sys.exit(1)
 
 
-def _hook_entry(job: Any) -> str:
-    """The spool entry the epilog hook would have written for the job record ``job``."""
-    from attribution.slurm.hookenv import format_entry
-
-    env = {
-        "SLURM_JOB_ID": job.job_id,
-        "SLURM_CLUSTER_NAME": job.cluster or "",
-        "SLURM_JOB_RESTART_COUNT": str(job.restart_count),
-        "SLURM_SCRIPT_CONTEXT": "sattr_enqueue",
-    }
-    if job.array_job_id and job.array_task_id:
-        env["SLURM_ARRAY_JOB_ID"] = job.array_job_id
-        env["SLURM_ARRAY_TASK_ID"] = job.array_task_id
-    for name, value in (
-        ("SLURM_JOB_USER", job.user),
-        ("SLURM_JOB_UID", None if job.uid is None else str(job.uid)),
-        ("SLURM_JOB_WORK_DIR", job.work_dir),
-        ("SLURM_JOB_NODELIST", job.nodelist),
-    ):
-        if value:
-            env[name] = value
-    return format_entry({k: v for k, v in env.items() if v})
-
-
 @click.command()
 @click.argument("jobs", nargs=-1)
 @config_option
@@ -78,6 +53,7 @@ def enqueue(jobs: tuple[str, ...], config_path: str | None, retry_failed: bool) 
     An entry the hook wrote earlier (still in done/ or failed/) is reused, so
     the job's original output paths are kept.
     """
+    from attribution.reconcile import record_env, synthetic_entry
     from attribution.slurm.backend import JobRef
     from attribution.slurm.factory import make_backend
     from attribution.worker import make_spool
@@ -96,7 +72,9 @@ def enqueue(jobs: tuple[str, ...], config_path: str | None, retry_failed: bool) 
         for text in jobs:
             job = backend.get_job(JobRef.parse(text))
             body = spool.earlier_entry(job.key)
-            spool.enqueue(job.key, body if body is not None else _hook_entry(job))
+            if body is None:
+                body = synthetic_entry(record_env(job), source="sattr-enqueue")
+            spool.enqueue(job.key, body)
             click.echo(f"enqueued job {job.display_id} as {job.key}")
     except AttributionError as exc:
         fail(str(exc))
