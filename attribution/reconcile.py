@@ -220,7 +220,8 @@ def sweep(
     and has neither a verdict nor a spool entry.
 
     The window is ``[since, until)`` of job end times: ``since`` is the cluster's watermark
-    (``store.watermark(name)``), or ``now - reconcile.first_lookback`` before the first sweep;
+    (``store.watermark(name)``), or ``until - reconcile.first_lookback`` before the first sweep
+    (with a lookback of 0, the first sweep records an empty window: the watermark starts);
     ``until`` is ``now - settle_delay - reconcile.grace``, so the hook's own entry for a job
     that just ended wins. An entry's mtime (and header epoch) is the job's end time, which the
     worker takes as the spool time to pick the right run of a requeued job.
@@ -242,19 +243,22 @@ def sweep(
     """
     now = _utc(now)
     until = now - timedelta(seconds=config.settle_delay + config.reconcile.grace)
+    lookback = timedelta(seconds=config.reconcile.first_lookback)
     try:
         mark = store.watermark(name)
     except StoreError as exc:
-        since = now - timedelta(seconds=config.reconcile.first_lookback)
+        since = until - lookback
         return SweepResult(name, since, until, error=f"cannot read the watermark: {exc}")
-    since = (
-        _utc(mark) if mark is not None else now - timedelta(seconds=config.reconcile.first_lookback)
-    )
-    if until <= since:
-        return SweepResult(name, since, until, swept=False)
+    # the first sweep looks ``first_lookback`` back from where every later one will stop
+    since = _utc(mark) if mark is not None else until - lookback
 
     def done(result: SweepResult) -> SweepResult:
         return _record(store, now, result)
+
+    if until <= since:
+        if mark is None:  # first_lookback 0: no window yet, but the watermark starts here
+            return done(SweepResult(name, since, until))
+        return SweepResult(name, since, until, swept=False)
 
     try:
         listed = backend.ended_jobs(cluster, since, until)

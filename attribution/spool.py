@@ -396,7 +396,8 @@ class Spool:
             _write_new(tmp, text)
             os.replace(tmp, dst)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # tmp/ itself may be what is broken
+                tmp.unlink(missing_ok=True)
             raise SpoolError(f"cannot enqueue: {exc.strerror or exc}", Location(str(dst))) from None
         return dst
 

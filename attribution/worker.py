@@ -49,6 +49,7 @@ from attribution.config import Config
 from attribution.errors import AttributionError, Location, SpoolError, StoreError
 from attribution.history import DEFAULT_DAYS, PriorGpuError, priors_from_verdict_rows
 from attribution.model import JobRecord, Verdict
+from attribution.reconcile import SweepResult, reconcile
 from attribution.rules.compiled import RuleSet
 from attribution.rules.loader import load_ruleset
 from attribution.scan import read_context
@@ -241,6 +242,7 @@ class Worker:
         self._groups: dict[tuple[str, float], str] = {}
         self.counters = Counters(started_at=clock())
         self._last_beat = float("-inf")
+        self._last_reconcile = float("-inf")
 
     # ------------------------------------------------------------------ one job
 
@@ -700,8 +702,25 @@ class Worker:
             f"cannot read the spool: {exc.strerror or exc}", Location(str(self.spool.root))
         ) from None
 
-    def reconcile_due(self) -> None:
-        """Run the reconciliation sweep when ``reconcile.interval`` has passed."""
+    def reconcile_due(self) -> list[SweepResult]:
+        """Run the reconciliation sweep (``attribution.reconcile``) when ``reconcile.interval``
+        has passed since the last one; its results. Never raises: trouble is in the result
+        and the store's record of the sweep."""
+        settings = self.config.reconcile
+        now = self.clock()
+        if not settings.enabled or now - self._last_reconcile < settings.interval:
+            return []
+        self._last_reconcile = now
+        results = reconcile(
+            self.config, self.store, self.spool, self.backend, datetime.fromtimestamp(now, UTC)
+        )
+        for result in results:
+            if result.error or result.enqueued:  # a missed job is worth a warning
+                log.warning("%s", result.summary())
+            else:
+                log.debug("%s", result.summary())
+            self.counters.reconciled += len(result.enqueued)
+        return results
 
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT stop the loop after the current entry."""

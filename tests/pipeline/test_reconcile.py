@@ -45,7 +45,7 @@ from tests.pipeline.conftest import HOOK
 NOW = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 # settle_delay 30 s + grace 120 s
 UNTIL = NOW - timedelta(seconds=150)
-FIRST_SINCE = NOW - timedelta(hours=1)
+FIRST_SINCE = UNTIL - timedelta(hours=1)  # the first sweep looks back from its own end
 
 
 def ended(job_id: str, state: str = "FAILED", exit_code: str = "1:0", **kw: Any) -> EndedJob:
@@ -546,7 +546,7 @@ def test_summary_is_one_line() -> None:
         "c", FIRST_SINCE, UNTIL, ended=12, ignored=1, seen=9, enqueued=keys
     ).summary()
     assert line == (
-        "reconcile c 2026-11-30T07:00:00Z..2026-11-30T07:57:30Z: 12 ended (1 ignored: never ran"
+        "reconcile c 2026-11-30T06:57:30Z..2026-11-30T07:57:30Z: 12 ended (1 ignored: never ran"
         " or not final), 9 should have a verdict, 7 never reached the spool: enqueued c_0_0,"
         " c_1_0, c_2_0, c_3_0, c_4_0 and 2 more"
     )
