@@ -719,3 +719,180 @@ class Store:
         for row in self.db.query(sql, list(params)):
             row.pop("verdict", None)
             yield row
+
+    # ------------------------------------------------------------------ sattr status
+
+    def verdict_times(self, since: datetime) -> list[dict[str, Any]]:
+        """The times of the verdicts the worker made from spool entries since ``since``
+        (diagnosed at or after it, with a ``spooled_at``; a rediagnosis stores none):
+        rows of ``end``, ``spooled_at`` and ``diagnosed_at`` as stored (UTC ISO text, ``end``
+        possibly None), oldest first.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        sql = (
+            'SELECT "end", spooled_at, diagnosed_at FROM verdicts'
+            " WHERE diagnosed_at >= ? AND spooled_at IS NOT NULL ORDER BY diagnosed_at"
+        )
+        try:
+            return list(self.db.query(sql, [_iso(since)]))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+
+    def coverage_by_stream(
+        self, since: datetime, groups: dict[str, Sequence[str]] | None = None
+    ) -> list[dict[str, Any]]:
+        """For the jobs that ended at or after ``since``, per source stream: ``jobs`` with a
+        coverage row for it, and how many of them had it ``missing``, ``unreadable``,
+        ``error`` or ``empty`` on at least one node, and ``lost``: any of the first three
+        (a job counted once). ``groups`` (name -> streams) adds one
+        row per group, named ``name``, counting a job once when any of its streams was so.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        counts = (
+            "count(DISTINCT c.key) AS jobs"
+            + "".join(
+                f", count(DISTINCT CASE WHEN c.status = '{s}' THEN c.key END) AS {s}"
+                for s in ("missing", "unreadable", "error", "empty")
+            )
+            + ", count(DISTINCT CASE WHEN c.status IN ('missing', 'unreadable', 'error')"
+            " THEN c.key END) AS lost"
+            ' FROM coverage c JOIN verdicts v ON v.key = c.key WHERE v."end" >= ?'
+        )
+        parts = [f"SELECT c.stream AS stream, {counts} GROUP BY c.stream"]
+        params: list[Any] = [_iso(since)]
+        for name, streams in (groups or {}).items():
+            parts.append(
+                f"SELECT ? AS stream, {counts} AND c.stream IN (SELECT value FROM json_each(?))"
+            )
+            params += [name, _iso(since), json.dumps(list(streams))]
+        try:
+            rows = list(self.db.query(" UNION ALL ".join(parts), params))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+        return [r for r in rows if r["jobs"]]
+
+    def coverage_by_node(self, since: datetime, streams: Sequence[str]) -> list[dict[str, Any]]:
+        """Per stream (of ``streams``) and node, over the jobs that ended at or after ``since``:
+        ``jobs`` that had the source, and ``last_lines_at``, the latest end (UTC ISO text) of
+        those whose source on that node gave lines (None when none did). Shared sources (no
+        node) are left out.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        sql = (
+            "SELECT c.stream AS stream, c.node AS node, count(DISTINCT c.key) AS jobs,"
+            ' max(CASE WHEN c.lines > 0 THEN v."end" END) AS last_lines_at'
+            " FROM coverage c JOIN verdicts v ON v.key = c.key"
+            ' WHERE v."end" >= ? AND c.node IS NOT NULL'
+            " AND c.stream IN (SELECT value FROM json_each(?))"
+            " GROUP BY c.stream, c.node ORDER BY c.stream, c.node"
+        )
+        try:
+            return list(self.db.query(sql, [_iso(since), json.dumps(list(streams))]))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+
+    def last_lines(
+        self, since: datetime, until: datetime, sources: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], str]:
+        """For each ``(stream, node)`` of ``sources``: the latest end (UTC ISO text), at or
+        after ``since`` and before ``until``, of a job whose source on that node gave lines.
+        Sources without one are left out.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        if not sources:
+            return {}
+        sql = (
+            'SELECT c.stream AS stream, c.node AS node, max(v."end") AS last_lines_at'
+            " FROM coverage c JOIN verdicts v ON v.key = c.key"
+            ' WHERE v."end" >= ? AND v."end" < ? AND c.lines > 0'
+            " AND c.stream IN (SELECT value FROM json_each(?))"
+            " AND c.node IN (SELECT value FROM json_each(?)) GROUP BY c.stream, c.node"
+        )
+        wanted = set(sources)
+        params = [
+            _iso(since),
+            _iso(until),
+            json.dumps(sorted({s for s, _ in wanted})),
+            json.dumps(sorted({n for _, n in wanted})),
+        ]
+        try:
+            rows = list(self.db.query(sql, params))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+        return {
+            (r["stream"], r["node"]): r["last_lines_at"]
+            for r in rows
+            if (r["stream"], r["node"]) in wanted
+        }
+
+    def comment_backlog(self) -> dict[str, dict[str, Any]]:
+        """AdminComment writes not done: ``error`` (failed; the worker writes them again) and
+        ``pending`` (saved, never written: the worker stopped in between), each with ``count``,
+        the ``oldest`` and ``newest`` diagnosed_at (UTC ISO text) and, for ``error``, the
+        ``latest`` status text. Kinds with no verdict are left out.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        kind = "CASE WHEN admin_comment_status LIKE 'error:%' THEN 'error' ELSE 'pending' END"
+        sql = (
+            f"SELECT {kind} AS kind, count(*) AS count, min(diagnosed_at) AS oldest,"
+            " max(diagnosed_at) AS newest FROM verdicts"
+            " WHERE admin_comment_status LIKE 'error:%' OR admin_comment_status = 'pending'"
+            " GROUP BY 1"
+        )
+        latest = (
+            "SELECT admin_comment_status FROM verdicts WHERE admin_comment_status LIKE 'error:%'"
+            " ORDER BY diagnosed_at DESC LIMIT 1"
+        )
+        try:
+            out = {r.pop("kind"): r for r in self.db.query(sql)}
+            if "error" in out:
+                out["error"]["latest"] = next(iter(self.db.query(latest)))["admin_comment_status"]
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+        return out
+
+    def last_reconciliations(self) -> list[dict[str, Any]]:
+        """The latest recorded sweep of each cluster (``keys`` decoded), by cluster.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        sql = (
+            "SELECT * FROM reconciliations WHERE id IN"
+            " (SELECT max(id) FROM reconciliations GROUP BY cluster) ORDER BY cluster"
+        )
+        try:
+            rows = list(self.db.query(sql))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+        for row in rows:
+            row["keys"] = json.loads(row["keys"] or "[]")
+        return rows
+
+    def reconciliation_totals(self, since: datetime) -> list[dict[str, Any]]:
+        """Per cluster, the sweeps that ran at or after ``since``: ``sweeps``, jobs ``seen``,
+        jobs ``enqueued`` (never reached the spool), ``errors`` (sweeps that failed), by
+        cluster.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        sql = (
+            "SELECT cluster, count(*) AS sweeps, coalesce(sum(seen), 0) AS seen,"
+            " coalesce(sum(enqueued), 0) AS enqueued, count(error) AS errors"
+            " FROM reconciliations WHERE ran_at >= ? GROUP BY cluster ORDER BY cluster"
+        )
+        try:
+            return list(self.db.query(sql, [_iso(since)]))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None

@@ -6,8 +6,9 @@ one-line error on stderr; 2 for usage errors, a bad option value included.
 
 This module holds the ``sattr`` group and the offline commands (diagnose, backtest, demo,
 simulate); the others are its submodules: ``show`` (show, list), ``service`` (worker, enqueue,
-rediagnose), ``bundle`` and ``rules``; ``common`` has what they share. Policy, SQL and spool
-files are not here: ``attribution.access``, ``attribution.store`` and ``attribution.spool``.
+rediagnose), ``status``, ``bundle`` and ``rules``; ``common`` has what they share. Policy, SQL
+and spool files are not here: ``attribution.access``, ``attribution.store`` and
+``attribution.spool``.
 The reference is docs/cli.md.
 """
 
@@ -36,6 +37,7 @@ from attribution.cli.common import (
 from attribution.cli.rules import rules
 from attribution.cli.service import enqueue, rediagnose, worker
 from attribution.cli.show import list_, show
+from attribution.cli.status import status
 from attribution.errors import AttributionError
 
 
@@ -48,6 +50,7 @@ def main() -> None:
     sattr JOBID                 show a job's verdict (same as 'sattr show JOBID')
     sattr list                  list verdicts (--since --state --sub-domain --node --user)
     sattr worker                turn spooled jobs into verdicts (the systemd service)
+    sattr status                is the worker keeping up, is anything lost (--json)
     sattr enqueue JOBID         (re)queue a job for the worker
     sattr rediagnose JOBID      diagnose stored jobs again with the current rules
     sattr diagnose BUNDLE       diagnose an evidence bundle offline
@@ -267,5 +270,5 @@ def simulate(args: tuple[str, ...], sweep_n: int | None, seed: int, force: bool)
     )
 
 
-for command in (show, list_, worker, enqueue, rediagnose, bundle_, rules):
+for command in (show, list_, worker, status, enqueue, rediagnose, bundle_, rules):
     main.add_command(command)

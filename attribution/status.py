@@ -1,0 +1,977 @@
+"""What ``sattr status`` reports: is the worker keeping up, and is anything lost?
+
+``collect`` reads the spool (entries and their retry and failure files), whether a worker
+holds the spool lock, and the verdict store (the worker's heartbeat, recent verdicts, coverage,
+AdminComment write-backs, reconciliation sweeps); it returns a ``Status``, which
+``Status.to_dict`` turns into the ``--json`` object (``attribution.status/1``) and
+``render_text`` into the operator's view. ``Status.problems`` holds one line per reason the
+worker is unhealthy under the configuration's ``health`` thresholds; none means healthy.
+
+Nothing here writes: the spool lock is tried on a descriptor opened read-only without
+creating the file, and released at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from attribution.config import Config
+from attribution.errors import AttributionError, Location
+from attribution.hostlist import compress
+from attribution.model import STREAM_GROUPS
+from attribution.spool import LOCK_NAME, SUBDIRS, Spool, read_spool_file
+from attribution.store import Store
+from attribution.timeutil import parse_iso
+
+SCHEMA = "attribution.status/1"
+THROUGHPUT_WINDOW = 3600.0  # verdicts and latencies over the last hour
+DAY = 86400.0  # reconciliation totals and evidence health over the last day
+SILENT_AFTER = DAY  # a node that ran jobs but gave no lines from a node log this long is named
+LINES_LOOKBACK = 7 * DAY  # how far back the last line of a silent node's log is looked for
+NODE_LOG_STREAMS: tuple[str, ...] = tuple(s.value for s in STREAM_GROUPS["node"])
+TOP_REASONS = 5
+MAX_ERROR_FILES = 5000  # failed/ entries whose .error is read; the rest are only counted
+MAX_REASON = 200  # characters of an error shown
+
+
+class StatusUnreadable(AttributionError):
+    """The caller may not read the spool or the verdict store: ``sattr status`` cannot tell."""
+
+
+# --------------------------------------------------------------------- the report
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Spool entries that failed for one reason: the ``reason`` (the latest message of the
+    group; messages that differ only in numbers are one reason), how many ``entries``, the
+    most ``attempts`` among them (entries waiting for a retry), and one entry's ``key``."""
+
+    reason: str
+    entries: int
+    key: str
+    attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerState:
+    """Whether a worker holds the spool lock (``running``: None when that cannot be told,
+    ``lock`` says why) and its last heartbeat: ``pid``, ``host``, ``started_at``, ``beat_at``,
+    ``beat_age`` (seconds) and ``info`` (its counters, as it reported them)."""
+
+    running: bool | None
+    lock: str
+    pid: int | None = None
+    host: str | None = None
+    started_at: str | None = None
+    beat_at: str | None = None
+    beat_age: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """The spool: entries in ``new/`` that are ``ready``, still ``settling`` (younger than
+    ``settle_delay``) or ``retry_wait`` (waiting for their next try); how long the oldest ready
+    one has waited since it became ready (``oldest_ready_wait``, seconds, and its ``key``);
+    entries in ``work/`` (and the oldest one's age), ``done/`` and ``failed/``; the entries
+    that failed at least once and will be tried again (``retrying``, grouped in
+    ``retry_reasons``) and the reasons of the failed ones (``failed_reasons``, from their
+    ``.error`` files); ``top`` reasons are kept, ``*_more`` counts the rest."""
+
+    path: str
+    ready: int = 0
+    settling: int = 0
+    retry_wait: int = 0
+    oldest_ready_wait: float | None = None
+    oldest_ready_key: str | None = None
+    work: int = 0
+    oldest_work_age: float | None = None
+    done: int = 0
+    failed: int = 0
+    retrying: int = 0
+    retry_reasons: list[Reason] = field(default_factory=list)
+    retry_reasons_more: int = 0
+    failed_reasons: list[Reason] = field(default_factory=list)
+    failed_reasons_more: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Verdicts the worker made from spool entries in the last ``window`` seconds, per
+    minute, and the seconds from the job's end to its verdict (``latency_*``, over the
+    ``latency_jobs`` verdicts of jobs with an end time; None without any)."""
+
+    window: float
+    verdicts: int
+    per_minute: float
+    latency_jobs: int
+    latency_p50: float | None
+    latency_p95: float | None
+    latency_max: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CommentState:
+    """AdminComment write-backs not done: ``failing`` (written again by the worker until
+    Slurm takes them), since ``failing_since`` (the oldest one's diagnosed_at) with the
+    ``latest_error``; ``pending`` (saved, never written), the oldest since ``pending_since``.
+    Ages are seconds."""
+
+    enabled: bool
+    failing: int = 0
+    failing_since: str | None = None
+    failing_age: float | None = None
+    latest_error: str | None = None
+    pending: int = 0
+    pending_since: str | None = None
+    pending_age: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """The last reconciliation sweep of a cluster: when it ran (``age`` seconds ago), the
+    window it covered, jobs ``seen``, jobs ``enqueued`` (they never reached the spool), and its
+    ``error``."""
+
+    cluster: str
+    ran_at: str
+    age: float | None
+    since: str | None
+    until: str | None
+    seen: int
+    enqueued: int
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SweepTotals:
+    """A cluster's sweeps of the last day: how many, jobs ``seen``, jobs ``enqueued`` (found
+    by the sweep only: the hook's entry never reached the spool) and ``errors``."""
+
+    cluster: str
+    sweeps: int
+    seen: int
+    enqueued: int
+    errors: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileState:
+    """The reconciliation sweep: ``enabled`` in the configuration, the last sweep of each
+    cluster and the totals of the last ``window`` seconds."""
+
+    enabled: bool
+    window: float = DAY
+    last: list[Sweep] = field(default_factory=list)
+    totals: list[SweepTotals] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamHealth:
+    """One source stream over the jobs that ended in the evidence window: ``jobs`` with a
+    coverage row for it, and how many had it ``missing``, ``unreadable``, ``error`` or
+    ``empty`` on at least one node; ``lost``: missing, unreadable or error (a job counted
+    once). The stream ``node`` is the node logs (kernel, syslog) together."""
+
+    stream: str
+    jobs: int
+    missing: int
+    unreadable: int
+    error: int
+    empty: int
+    lost: int
+
+
+@dataclass(frozen=True, slots=True)
+class SilentNodes:
+    """Nodes that ran jobs in the evidence window but gave no lines from the node log
+    ``stream`` for at least ``hours_min`` (up to ``hours_max``) hours; ``never``: none in the
+    whole look-back (``LINES_LOOKBACK``), then the hours are None. ``nodes`` is a hostlist."""
+
+    stream: str
+    nodes: str
+    node_count: int
+    never: bool
+    hours_min: float | None = None
+    hours_max: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceState:
+    """Evidence health over the jobs that ended in the last ``window`` seconds."""
+
+    window: float
+    streams: list[StreamHealth] = field(default_factory=list)
+    node_logs: StreamHealth | None = None
+    silent: list[SilentNodes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Status:
+    """Everything ``sattr status`` says; ``problems`` empty means healthy. A section the
+    store would fill is None when there is no store to read (``store_state`` says why)."""
+
+    now: datetime
+    spool: str
+    store: str
+    store_state: str
+    worker: WorkerState
+    queue: QueueState | None
+    throughput: Throughput | None = None
+    admin_comment: CommentState | None = None
+    reconciliation: ReconcileState | None = None
+    evidence: EvidenceState | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` object: ``schema``, ``now``, ``healthy``, ``problems``, ``spool``,
+        ``store``, ``store_state`` and one object (or null) per section, with the field names
+        of the section classes; times are UTC ISO text, durations seconds."""
+        out: dict[str, Any] = {
+            "schema": SCHEMA,
+            "now": _iso(self.now),
+            "healthy": self.healthy,
+            "problems": list(self.problems),
+            "spool": self.spool,
+            "store": self.store,
+            "store_state": self.store_state,
+        }
+        for name in ("worker", "queue", "throughput", "admin_comment", "reconciliation"):
+            value = getattr(self, name)
+            out[name] = None if value is None else dataclasses.asdict(value)
+        evidence = self.evidence
+        if evidence is None:
+            out["evidence"] = None
+        else:
+            out["evidence"] = {
+                "window": evidence.window,
+                "streams": [dataclasses.asdict(s) for s in evidence.streams],
+                "node_logs": (
+                    dataclasses.asdict(evidence.node_logs) if evidence.node_logs else None
+                ),
+                "silent": [dataclasses.asdict(s) for s in evidence.silent],
+            }
+        return out
+
+
+# --------------------------------------------------------------------- collecting
+
+
+def collect(config: Config, *, now: datetime | None = None) -> Status:
+    """Read the spool, the spool lock and the verdict store the configuration names.
+
+    Args:
+        config: the site configuration (``spool``, ``store``, ``settle_delay``,
+            ``reconcile``, ``admin_comment``, ``health``).
+        now: the time to measure ages from (UTC; default: now).
+
+    Returns:
+        The status, its ``problems`` filled in.
+
+    Raises:
+        StatusUnreadable: when the spool or the store exists but the caller may not read it.
+    """
+    now = now or datetime.now(UTC)
+    spool_path, store_path = Path(config.spool), Path(config.store)
+    problems: list[str] = []
+    queue = _queue(config, now, problems)
+    worker = WorkerState(running=None, lock="no spool")
+    if queue is not None:
+        worker = _lock_state(spool_path)
+    status = Status(
+        now=now,
+        spool=str(spool_path),
+        store=str(store_path),
+        store_state="ok",
+        worker=worker,
+        queue=queue,
+    )
+    store = _open_store(store_path, status, problems)
+    if store is not None:
+        with store:
+            _read_store(store, config, status)
+    status.problems = [*problems, *_judge(config, status)]
+    return status
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _since(now: datetime, seconds: float) -> datetime:
+    return now - timedelta(seconds=seconds)
+
+
+def _age(now: datetime, stamp: str | None) -> float | None:
+    """Seconds from the stored UTC time ``stamp`` to ``now`` (None when there is none)."""
+    at = parse_iso(stamp) if stamp else None
+    return None if at is None else round((now - at).total_seconds(), 3)
+
+
+def _unreadable(path: Path, what: str) -> StatusUnreadable:
+    return StatusUnreadable(
+        f"{what} is not readable to you; run 'sattr status' as root (or as a member of a group"
+        " that may read it)",
+        Location(str(path)),
+    )
+
+
+def _lock_state(root: Path) -> WorkerState:
+    """Whether a worker holds ``<spool>/.worker.lock``: the lock is tried (never waited for)
+    on a descriptor opened read-only, without creating the file, and released at once.
+
+    A worker starting in that very moment finds the lock taken and exits (systemd starts it
+    again); reading the lock is that brief."""
+    path = root / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return WorkerState(running=False, lock=f"no lock file {path.name}")
+    except OSError as exc:
+        return WorkerState(running=None, lock=f"cannot open {path}: {exc.strerror or exc}")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+            return WorkerState(running=True, lock="held")
+        return WorkerState(running=None, lock=f"cannot lock {path}: {exc.strerror or exc}")
+    finally:
+        os.close(fd)  # releases the lock when it was taken
+    return WorkerState(running=False, lock="free")
+
+
+# --------------------------------------------------------------------- the spool
+
+
+def _queue(config: Config, now: datetime, problems: list[str]) -> QueueState | None:
+    """The spool's state; None (with a problem) when it or a subdirectory is missing.
+
+    Raises:
+        StatusUnreadable: when a spool directory may not be read.
+    """
+    spool = Spool(config.spool)
+    root = spool.root
+    try:
+        root.stat()
+    except FileNotFoundError:
+        problems.append(
+            f"spool {root} does not exist: create it as INSTALL.md step 3 says"
+            " (systemd-tmpfiles --create attribution.conf)"
+        )
+        return None
+    except OSError:
+        raise _unreadable(root, "the spool") from None
+    missing = [d for d in SUBDIRS if not spool.dir(d).is_dir()]
+    if missing:
+        problems.append(
+            f"spool {root} lacks {', '.join(m + '/' for m in missing)}: create it as"
+            " INSTALL.md step 3 says"
+        )
+        return None
+    for name in ("new", "work", "retry", "failed", "done"):
+        if not os.access(spool.dir(name), os.R_OK | os.X_OK):
+            raise _unreadable(spool.dir(name), "the spool")
+    clock = now.timestamp()
+    try:
+        pending = spool.pending(settle=config.settle_delay)
+        work = _entries(spool.dir("work"))
+        failed = _entries(spool.dir("failed"))
+        counts = spool.counts()
+        states = set(os.listdir(spool.dir("retry")))
+    except PermissionError:
+        raise _unreadable(root, "the spool") from None
+    ready = [p for p in pending if p.ready_at <= clock]
+    retried: dict[str, dict[str, Any]] = {}
+    for key in [p.key for p in pending] + [name for name, _ in work]:
+        state = _retry_state(spool, key) if f"{key}.json" in states else {}
+        if state:
+            retried[key] = state
+    waiting = sum(
+        1
+        for p in pending
+        if p.ready_at > clock and retried.get(p.key, {}).get("next_at", 0) > clock
+    )
+    oldest = min(ready, key=lambda p: (p.ready_at, p.key), default=None)
+    retry_reasons, retry_more = _group(
+        (key, s["errors"][-1][1] if s.get("errors") else "no error recorded", s.get("attempts"))
+        for key, s in retried.items()
+    )
+    failed_reasons, failed_more = _group(
+        (name, _failed_reason(spool, name), None) for name, _ in failed[:MAX_ERROR_FILES]
+    )
+    return QueueState(
+        path=str(root),
+        ready=len(ready),
+        settling=len(pending) - len(ready) - waiting,
+        retry_wait=waiting,
+        oldest_ready_wait=round(clock - oldest.ready_at, 3) if oldest else None,
+        oldest_ready_key=oldest.key if oldest else None,
+        work=len(work),
+        oldest_work_age=round(clock - min(t for _, t in work), 3) if work else None,
+        done=counts.get("done", 0),
+        failed=len(failed),
+        retrying=len(retried),
+        retry_reasons=retry_reasons,
+        retry_reasons_more=retry_more,
+        failed_reasons=failed_reasons,
+        failed_reasons_more=failed_more,
+    )
+
+
+def _entries(directory: Path) -> list[tuple[str, float]]:
+    """``(key, mtime)`` of the entries in a spool directory (no ``.error`` or hidden files),
+    oldest first."""
+    out: list[tuple[str, float]] = []
+    for path in directory.iterdir():
+        if path.name.startswith(".") or path.name.endswith(".error"):
+            continue
+        try:
+            out.append((path.name, path.lstat().st_mtime))
+        except FileNotFoundError:
+            continue  # moved on meanwhile
+    out.sort(key=lambda e: (e[1], e[0]))
+    return out
+
+
+def _retry_state(spool: Spool, key: str) -> dict[str, Any]:
+    """``attempts``, ``next_at`` and ``errors`` of ``retry/<key>.json``, the values of the
+    right types only ({} when there is none or it is unusable: SlurmUser may write there)."""
+    text = read_spool_file(spool.dir("retry") / f"{key}.json")
+    if text is None:
+        return {}
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    out: dict[str, Any] = {}
+    attempts, next_at, errors = data.get("attempts"), data.get("next_at"), data.get("errors")
+    if isinstance(attempts, int) and not isinstance(attempts, bool):
+        out["attempts"] = attempts
+    if (
+        isinstance(next_at, int | float)
+        and not isinstance(next_at, bool)
+        and math.isfinite(next_at)
+    ):
+        out["next_at"] = float(next_at)
+    if isinstance(errors, list):
+        out["errors"] = [
+            (e[0], str(e[1])) for e in errors if isinstance(e, list | tuple) and len(e) == 2
+        ]
+    return out
+
+
+_STAMP = re.compile(r"^\s*\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+")
+
+
+def _failed_reason(spool: Spool, key: str) -> str:
+    """The last error a failed entry's ``.error`` file records (the one it failed on)."""
+    text = read_spool_file(spool.dir("failed") / f"{key}.error", limit=64 * 1024)
+    if text is None:
+        return "no .error file beside it"
+    lines = text.splitlines()
+    if "errors:" in lines:
+        listed = []
+        for line in lines[lines.index("errors:") + 1 :]:
+            if not line.startswith("  "):
+                break
+            listed.append(_STAMP.sub("", line).strip())
+        if listed:
+            return listed[-1]
+    for line in lines:  # a quarantined entry: "failed: <time>: <problem>"
+        if line.startswith("failed: "):
+            parts = line.split(": ", 2)
+            return parts[2] if len(parts) == 3 else line
+    return "the .error file names no error"
+
+
+_NUMBER = re.compile(r"\d+")
+# C0 controls but tab and newline, DEL and C1 controls (as in attribution.render): error texts
+# come from files SlurmUser may write and from Slurm; an escape sequence must not drive the
+# operator's terminal
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _group(items: Iterable[tuple[str, str, int | None]]) -> tuple[list[Reason], int]:
+    """Group ``(key, message, attempts)`` by message (numbers ignored): the ``TOP_REASONS``
+    largest groups, and how many groups were left out."""
+    groups: dict[str, list[tuple[str, str, int | None]]] = {}
+    for key, message, tries in items:
+        message = " ".join(message.split())[:MAX_REASON] or "(empty message)"
+        groups.setdefault(_NUMBER.sub("N", message), []).append((key, message, tries))
+    reasons = []
+    for members in groups.values():
+        attempts = [a for _, _, a in members if a is not None]
+        key, message, _ = members[-1]
+        reasons.append(Reason(message, len(members), key, max(attempts) if attempts else None))
+    reasons.sort(key=lambda r: (-r.entries, r.reason))
+    return reasons[:TOP_REASONS], max(len(reasons) - TOP_REASONS, 0)
+
+
+# --------------------------------------------------------------------- the store
+
+
+def _open_store(path: Path, status: Status, problems: list[str]) -> Store | None:
+    """The store opened for reading; None (with a problem) when there is none or it cannot
+    be opened.
+
+    Raises:
+        StatusUnreadable: when the file exists but the caller may not read it.
+    """
+    try:
+        path.stat()
+    except FileNotFoundError:
+        status.store_state = "missing"
+        problems.append(
+            f"no verdict store yet at {path} (the worker creates it when it first starts)"
+        )
+        return None
+    except OSError:
+        raise _unreadable(path, "the verdict store") from None
+    if not os.access(path, os.R_OK):
+        raise _unreadable(path, "the verdict store")
+    try:
+        return Store(path, readonly=True)
+    except AttributionError as exc:
+        status.store_state = f"error: {exc}"
+        problems.append(f"the verdict store cannot be opened: {exc}")
+        return None
+
+
+def _read_store(store: Store, config: Config, status: Status) -> None:
+    """Fill the sections the store holds (a read error becomes ``store_state``)."""
+    now = status.now
+    try:
+        beat = store.heartbeat(status.spool)
+        if beat is not None:
+            status.worker = dataclasses.replace(
+                status.worker,
+                pid=beat.get("pid"),
+                host=beat.get("host"),
+                started_at=beat.get("started_at"),
+                beat_at=beat.get("beat_at"),
+                beat_age=_age(now, beat.get("beat_at")),
+                info=beat.get("info") or {},
+            )
+        status.throughput = _throughput(store, now)
+        status.admin_comment = _comments(store, config, now)
+        status.reconciliation = _reconciliation(store, config, now)
+        status.evidence = _evidence(store, now)
+    except AttributionError as exc:
+        status.store_state = f"error: {exc}"
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The nearest-rank ``p``-th percentile (0 < p <= 100) of sorted ``values``; None when
+    there are none."""
+    if not values:
+        return None
+    rank = max(math.ceil(p / 100 * len(values)), 1)
+    return values[rank - 1]
+
+
+def _throughput(store: Store, now: datetime) -> Throughput:
+    rows = store.verdict_times(_since(now, THROUGHPUT_WINDOW))
+    latencies: list[float] = []
+    for row in rows:
+        end, made = parse_iso(row["end"] or ""), parse_iso(row["diagnosed_at"] or "")
+        if end is not None and made is not None:
+            latencies.append(max((made - end).total_seconds(), 0.0))
+    latencies.sort()
+    return Throughput(
+        window=THROUGHPUT_WINDOW,
+        verdicts=len(rows),
+        per_minute=round(len(rows) / (THROUGHPUT_WINDOW / 60), 2),
+        latency_jobs=len(latencies),
+        latency_p50=percentile(latencies, 50),
+        latency_p95=percentile(latencies, 95),
+        latency_max=latencies[-1] if latencies else None,
+    )
+
+
+def _comments(store: Store, config: Config, now: datetime) -> CommentState:
+    backlog = store.comment_backlog()
+    error, pending = backlog.get("error", {}), backlog.get("pending", {})
+    latest = error.get("latest")
+    return CommentState(
+        enabled=config.admin_comment.enabled,
+        failing=error.get("count", 0),
+        failing_since=error.get("oldest"),
+        failing_age=_age(now, error.get("oldest")),
+        latest_error=latest.removeprefix("error:").strip() if latest else None,
+        pending=pending.get("count", 0),
+        pending_since=pending.get("oldest"),
+        pending_age=_age(now, pending.get("oldest")),
+    )
+
+
+def _reconciliation(store: Store, config: Config, now: datetime) -> ReconcileState:
+    last = [
+        Sweep(
+            cluster=r["cluster"],
+            ran_at=r["ran_at"],
+            age=_age(now, r["ran_at"]),
+            since=r["since"],
+            until=r["until"],
+            seen=r["seen"] or 0,
+            enqueued=r["enqueued"] or 0,
+            error=r["error"],
+        )
+        for r in store.last_reconciliations()
+    ]
+    totals = [SweepTotals(**r) for r in store.reconciliation_totals(_since(now, DAY))]
+    return ReconcileState(enabled=config.reconcile.enabled, window=DAY, last=last, totals=totals)
+
+
+def _evidence(store: Store, now: datetime) -> EvidenceState:
+    since = _since(now, DAY)
+    rows = store.coverage_by_stream(since, {"node": NODE_LOG_STREAMS})
+    streams = [StreamHealth(**r) for r in rows if r["stream"] != "node"]
+    node_logs = next((StreamHealth(**r) for r in rows if r["stream"] == "node"), None)
+    last = {
+        (r["stream"], r["node"]): r["last_lines_at"]
+        for r in store.coverage_by_node(since, NODE_LOG_STREAMS)
+    }
+    # only the sources with no lines in the window are looked for further back (a long read)
+    earlier = store.last_lines(
+        _since(now, LINES_LOOKBACK), since, [s for s, at in last.items() if at is None]
+    )
+    quiet: dict[tuple[str, bool], list[tuple[str, float | None]]] = {}
+    for (stream, node), at in sorted(last.items()):
+        age = _age(now, at or earlier.get((stream, node)))
+        if age is None or age >= SILENT_AFTER:
+            quiet.setdefault((stream, age is None), []).append((node, age))
+    silent = []
+    for (stream, never), nodes in sorted(quiet.items()):
+        ages = [a / 3600 for _, a in nodes if a is not None]
+        silent.append(
+            SilentNodes(
+                stream=stream,
+                nodes=compress(n for n, _ in nodes),
+                node_count=len(nodes),
+                never=never,
+                hours_min=round(min(ages), 1) if ages else None,
+                hours_max=round(max(ages), 1) if ages else None,
+            )
+        )
+    streams.sort(key=lambda s: s.stream)
+    return EvidenceState(window=DAY, streams=streams, node_logs=node_logs, silent=silent)
+
+
+# --------------------------------------------------------------------- judging
+
+
+def _judge(config: Config, status: Status) -> list[str]:
+    """One line per reason the worker is unhealthy under ``config.health``."""
+    health = config.health
+    out: list[str] = []
+    worker, queue = status.worker, status.queue
+    beat = worker.beat_age
+    if worker.running is False:
+        last = f"; its last heartbeat was {duration(beat)} ago" if beat is not None else ""
+        out.append(
+            "no worker holds the spool lock: start it (systemctl start attribution-worker)" + last
+        )
+    elif status.store_state == "ok":
+        if beat is None:
+            out.append("the worker has recorded no heartbeat in the verdict store")
+        elif beat > health.max_heartbeat_age:
+            out.append(
+                f"the worker's last heartbeat was {duration(beat)} ago"
+                f" (health.max_heartbeat_age {duration(health.max_heartbeat_age)})"
+            )
+    if queue is not None:
+        wait = queue.oldest_ready_wait
+        if wait is not None and wait > health.max_queue_age:
+            out.append(
+                f"the oldest ready spool entry ({queue.oldest_ready_key}) has waited"
+                f" {duration(wait)} (health.max_queue_age {duration(health.max_queue_age)})"
+            )
+        if queue.failed > health.max_failed:
+            out.append(
+                f"{queue.failed} spool entr{'y' if queue.failed == 1 else 'ies'} in failed/"
+                f" (health.max_failed {health.max_failed}): read their .error files, then"
+                " 'sattr enqueue --retry-failed'"
+            )
+    out += _judge_reconciliation(config, status)
+    comments = status.admin_comment
+    if comments is not None and comments.enabled:
+        if comments.failing_age is not None and comments.failing_age > health.max_queue_age:
+            out.append(
+                f"{comments.failing} AdminComment write(s) failing for"
+                f" {duration(comments.failing_age)} (health.max_queue_age"
+                f" {duration(health.max_queue_age)}); latest: {comments.latest_error}"
+            )
+        if comments.pending_age is not None and comments.pending_age > health.max_queue_age:
+            out.append(
+                f"{comments.pending} AdminComment write(s) pending for"
+                f" {duration(comments.pending_age)}: the worker stopped between saving the"
+                " verdict and writing it; 'sattr rediagnose --write-comment JOB' writes it"
+            )
+    return out
+
+
+def _judge_reconciliation(config: Config, status: Status) -> list[str]:
+    state = status.reconciliation
+    if state is None or not state.enabled:
+        return []
+    limit = config.health.max_reconcile_age
+    out: list[str] = []
+    last = {s.cluster: s for s in state.last}
+    wanted = list(config.reconcile.clusters) or list(last)
+    started = _age(status.now, status.worker.started_at)
+    # no sweep yet is no news when the worker is new (its first sweep may not have run) or
+    # not running (that is the problem then)
+    young = status.worker.running is False or (started is not None and started <= limit)
+    if not wanted and not young:
+        out.append(
+            "reconciliation is enabled but no sweep was ever recorded (health.max_reconcile_age"
+            f" {duration(limit)})"
+        )
+    for cluster in wanted:
+        sweep = last.get(cluster)
+        if sweep is None:
+            if not young:
+                out.append(f"reconciliation: no sweep of cluster {cluster} was ever recorded")
+        elif sweep.error:
+            out.append(f"reconciliation of cluster {cluster} failed: {sweep.error}")
+        elif sweep.age is not None and sweep.age > limit:
+            out.append(
+                f"reconciliation: the last sweep of cluster {cluster} was {duration(sweep.age)}"
+                f" ago (health.max_reconcile_age {duration(limit)})"
+            )
+    return out
+
+
+# --------------------------------------------------------------------- the text view
+
+
+def duration(seconds: float | None) -> str:
+    """``45 s``, ``12 min``, ``5 h``, ``26 h``, ``3 d``: a duration as people read it."""
+    if seconds is None:
+        return "-"
+    s = max(seconds, 0.0)
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    if s < 48 * 3600:
+        return f"{s / 3600:.0f} h"
+    return f"{s / 86400:.0f} d"
+
+
+def _stamp(text: str | None) -> str:
+    """A stored UTC time to the second (``2026-12-01T10:00:00Z``), as given when unparsable."""
+    at = parse_iso(text) if text else None
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ") if at else (text or "-")
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.0%}" if whole else "-"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_value(v)}" for k, v in sorted(value.items())) or "-"
+    if isinstance(value, list):
+        return json.dumps(value)
+    return str(value)
+
+
+def render_text(status: Status) -> str:
+    """The operator's view: one block per section, then the problems (or ``healthy``);
+    terminal control characters in it are shown as ``\\xNN``."""
+    lines: list[str] = []
+
+    def put(label: str, *texts: str) -> None:
+        for i, text in enumerate(texts):
+            lines.append(f"{label + ':' if i == 0 and label else '':<16}{text}")
+
+    verdict = "healthy" if status.healthy else f"{len(status.problems)} problem(s)"
+    lines.append(f"sattr status: {verdict} (at {status.now.strftime('%Y-%m-%dT%H:%M:%SZ')})")
+    put("Worker", *_worker_lines(status))
+    put("Spool", *_queue_lines(status.queue, status.spool))
+    put("Store", status.store + ("" if status.store_state == "ok" else f": {status.store_state}"))
+    if status.throughput is not None:
+        put("Throughput", *_throughput_lines(status.throughput))
+    if status.admin_comment is not None:
+        put("AdminComment", *_comment_lines(status.admin_comment))
+    if status.reconciliation is not None:
+        put("Reconciliation", *_reconcile_lines(status.reconciliation))
+    if status.evidence is not None:
+        put("Evidence", *_evidence_lines(status.evidence))
+    if status.problems:
+        lines.append("Problems:")
+        lines += [f"  - {p}" for p in status.problems]
+    else:
+        lines.append("healthy")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", "\n".join(lines))
+
+
+def _worker_lines(status: Status) -> list[str]:
+    w = status.worker
+    if w.running is True:
+        head = "running (holds the spool lock)"
+    elif w.running is False:
+        head = f"not running ({w.lock})" if w.lock != "free" else "not running (lock free)"
+    else:
+        head = f"unknown ({w.lock})"
+    out = [head]
+    if w.beat_at is not None:
+        out.append(
+            f"last heartbeat {duration(w.beat_age)} ago: pid {w.pid} on {w.host},"
+            f" started {_stamp(w.started_at)} ({duration(_age(status.now, w.started_at))} ago)"
+        )
+        out += [f"{k}: {_value(v)}" for k, v in sorted(w.info.items())]
+    elif status.store_state == "ok":
+        out.append("no heartbeat recorded")
+    return out
+
+
+def _queue_lines(queue: QueueState | None, path: str) -> list[str]:
+    if queue is None:
+        return [f"{path}: not usable (see Problems)"]
+    wait = (
+        f" (oldest waited {duration(queue.oldest_ready_wait)}: {queue.oldest_ready_key})"
+        if queue.oldest_ready_wait is not None
+        else ""
+    )
+    out = [
+        path,
+        f"new/: {queue.ready} ready{wait}, {queue.settling} settling,"
+        f" {queue.retry_wait} waiting for a retry",
+        f"work/: {queue.work}"
+        + (f" (oldest {duration(queue.oldest_work_age)})" if queue.work else "")
+        + f"; done/: {queue.done}; failed/: {queue.failed}",
+    ]
+    if queue.retrying:
+        out.append(f"failed at least once, to be tried again: {queue.retrying}")
+        out += _reason_lines(queue.retry_reasons, queue.retry_reasons_more)
+    if queue.failed:
+        out.append(f"failed for good (failed/): {queue.failed}")
+        out += _reason_lines(queue.failed_reasons, queue.failed_reasons_more)
+    return out
+
+
+def _reason_lines(reasons: list[Reason], more: int) -> list[str]:
+    out = []
+    for r in reasons:
+        tries = f" (at most {r.attempts} attempt(s) so far)" if r.attempts else ""
+        out.append(f"  {r.entries:>5} x {r.reason}{tries} [e.g. {r.key}]")
+    if more:
+        out.append(f"  and {more} more reason(s)")
+    return out
+
+
+def _throughput_lines(t: Throughput) -> list[str]:
+    out = [f"last hour: {t.verdicts} verdict(s), {t.per_minute:g} per minute"]
+    if t.latency_jobs:
+        out.append(
+            f"job end -> verdict: p50 {duration(t.latency_p50)}, p95 {duration(t.latency_p95)},"
+            f" max {duration(t.latency_max)} ({t.latency_jobs} jobs)"
+        )
+    return out
+
+
+def _comment_lines(c: CommentState) -> list[str]:
+    head = "enabled" if c.enabled else "disabled (failed writes are not tried again)"
+    out = [f"{head}; {c.failing} write(s) failing, {c.pending} pending"]
+    if c.failing:
+        out.append(
+            f"failing since {_stamp(c.failing_since)} ({duration(c.failing_age)}); latest error:"
+            f" {c.latest_error}"
+        )
+    if c.pending:
+        out.append(f"pending since {_stamp(c.pending_since)} ({duration(c.pending_age)})")
+    return out
+
+
+def _reconcile_lines(r: ReconcileState) -> list[str]:
+    out = ["enabled" if r.enabled else "disabled (reconcile.enabled is false)"]
+    for s in r.last:
+        what = f"failed: {s.error}" if s.error else f"{s.seen} seen, {s.enqueued} enqueued"
+        out.append(
+            f"{s.cluster}: last sweep {duration(s.age)} ago, window {_stamp(s.since)} to"
+            f" {_stamp(s.until)}: {what}"
+        )
+    for t in r.totals:
+        out.append(
+            f"{t.cluster}, last 24 h: {t.sweeps} sweep(s), {t.seen} job(s) seen,"
+            f" {t.enqueued} found that never reached the spool"
+            + (f", {t.errors} failed sweep(s)" if t.errors else "")
+        )
+    if r.enabled and not r.last:
+        out.append("no sweep recorded")
+    return out
+
+
+def _evidence_lines(e: EvidenceState) -> list[str]:
+    if not e.streams:
+        return ["no job with coverage ended in the last 24 h"]
+    out = ["jobs that ended in the last 24 h, per source (share of jobs where it was ...):"]
+    for s in e.streams:
+        bad = [
+            f"{name} {_share(n, s.jobs)}"
+            for name, n in (
+                ("missing", s.missing),
+                ("unreadable", s.unreadable),
+                ("error", s.error),
+                ("empty", s.empty),
+            )
+            if n
+        ]
+        out.append(f"  {s.stream:<14} {', '.join(bad) or 'read'} (of {s.jobs} jobs)")
+    n = e.node_logs
+    if n is not None and n.lost:
+        out.append(
+            f"node logs missing for {_share(n.lost, n.jobs)} of last day's jobs"
+            f" ({n.lost} of {n.jobs})"
+        )
+    for q in e.silent:
+        if q.never:
+            when = f"in the last {duration(LINES_LOOKBACK)}"
+        elif q.hours_min is not None and q.hours_max is not None and q.hours_max - q.hours_min >= 1:
+            when = f"for {q.hours_min:.0f}-{q.hours_max:.0f} h"
+        else:
+            when = f"for {q.hours_min:.0f} h"
+        out.append(f"no {q.stream} lines from {q.nodes} {when}, though they ran jobs")
+    return out
+
+
+__all__ = [
+    "SCHEMA",
+    "CommentState",
+    "EvidenceState",
+    "QueueState",
+    "Reason",
+    "ReconcileState",
+    "SilentNodes",
+    "Status",
+    "StatusUnreadable",
+    "StreamHealth",
+    "Sweep",
+    "SweepTotals",
+    "Throughput",
+    "WorkerState",
+    "collect",
+    "duration",
+    "percentile",
+    "render_text",
+]
