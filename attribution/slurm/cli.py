@@ -10,7 +10,21 @@ Facts this relies on (measured on Slurm 22.05, REPORT A3/A4):
 - ``sacctmgr -i modify job where jobid=<id or A_T> set AdminComment=...``
   works on finished jobs; an unknown job prints "Nothing modified" (rc 1).
 
-Each command runs with a timeout and is retried a bounded number of times.
+- ``sacct -j`` takes a comma-separated list of ids (200 and 2,000 ids answer in well
+  under a second on 22.05) and prints each job once, each job's runs oldest first and
+  each run followed by its steps, whatever the order of the list: ``get_jobs`` asks for
+  up to ``BATCH_IDS`` jobs in one call and sorts the rows out per job. ``-j N`` selects
+  job N, every task of array N and every component of heterogeneous job N; ``-j A_T``
+  exactly that array task (nothing while the task is still in the unsplit ``A_[..]``
+  record).
+- ``sacct -s <states> -S -E`` selects the records that ended in one of those states
+  between -S and -E (both included): that is the reconciliation sweep's query.
+
+Each command runs with a timeout and is retried a bounded number of times, except
+``scontrol show job``/``show config``: their answers are optional, so they are tried once,
+and after slurmctld could not be reached scontrol is not asked again for ``CTL_PAUSE``
+seconds (a down slurmctld costs one timeout a minute, not one per job). docs/slurm-queries.md
+lists every query.
 """
 
 from __future__ import annotations
@@ -19,31 +33,74 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from attribution.errors import SlurmError
+from attribution.errors import AttributionError, SlurmError
 from attribution.hostlist import HostlistError, expand
 from attribution.model import JobRecord, OtherJob
-from attribution.slurm.backend import FINAL_STATES, CommentField, JobRef, NotReady
+from attribution.slurm.backend import FINAL_STATES, CommentField, EndedJob, JobRef, NotReady
 from attribution.slurm.parse import (
     NODE_GRES,
+    SacctRecord,
     group_steps,
     parse_node_gres,
     parse_sacct,
     parse_scontrol,
+    split_jobid,
 )
 from attribution.slurm.resolve import SACCT_FIELDS, SACCT_TEXT, build_job_record, pick_record
 
 DELIMITER = "\x1f"  # ASCII unit separator: never in the fields we ask for
 OTHER_FIELDS = ("JobIDRaw", "Start", "End", "NodeList", "User")
 MAX_OTHER_ROWS = 50_000  # other jobs on a job's nodes during its window read at the most
+BATCH_IDS = 200  # job ids in one batched sacct -j (the argument stays a few KB)
+CTL_PAUSE = 60.0  # seconds scontrol is not asked after it could not reach slurmctld
+CONFIG_TTL = 3600.0  # seconds a MinJobAge read from ``scontrol show config`` is trusted
+DEFAULT_MIN_JOB_AGE = 300  # Slurm's default MinJobAge, when slurmctld cannot tell
+# ended_jobs: fields nobody but Slurm writes (no job name, no work directory), so a row
+# cannot be forged; SLUID is added where sacct has it (26.05)
+ENDED_FIELDS = (
+    "JobID",
+    "JobIDRaw",
+    "Cluster",
+    "User",
+    "UID",
+    "Partition",
+    "State",
+    "ExitCode",
+    "DerivedExitCode",
+    "Submit",
+    "Start",
+    "End",
+    "NNodes",
+    "NodeList",
+)
+RUN_FIELDS = ("JobIDRaw", "Submit")
+_BATCHABLE = re.compile(r"^\d+(?:_\d+)?$")
+# what scontrol prints when slurmctld does not answer (22.05: "slurm_load_jobs error: Unable
+# to contact slurm controller (connect failure)"; a busy one: "Socket timed out on send/recv")
+_UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Zero Bytes were transmitted",
+    "Connection refused",
+)
+_MIN_JOB_AGE = re.compile(r"^MinJobAge\s*=\s*(\d+)", re.MULTILINE)
+
+Item = tuple[JobRef, Mapping[str, str] | None, float | None]
 
 
 def _local(when: datetime) -> str:
     """A time as sacct's -S/-E read it: local time of this process, to the second."""
     return datetime.fromtimestamp(when.timestamp()).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _utc(when: datetime) -> str:
+    """A time as sacct's -S/-E read it under ``TZ=UTC0``, to the second (rounded down)."""
+    return datetime.fromtimestamp(int(when.timestamp()), UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def _epoch(text: str | None) -> datetime | None:
@@ -65,6 +122,67 @@ class Completed:
 
 
 Runner = Callable[[Sequence[str], float, Mapping[str, str]], Completed]
+
+
+class CommandTimedOut(SlurmError):
+    """Every try of a Slurm command ran into the timeout."""
+
+
+def _unreachable(result: Completed) -> bool:
+    """Whether a failed scontrol said that slurmctld did not answer."""
+    return result.rc != 0 and any(text in result.err for text in _UNREACHABLE)
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield list(items[i : i + size])
+
+
+def _display(ref: JobRef) -> str:
+    try:
+        return ref.query_id
+    except SlurmError:
+        return "(no id)"
+
+
+def _first_texts(rows: Sequence[Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    """JobIDRaw -> the other fields of the first row with that JobIDRaw (the real row: a
+    newline in a job's own name can only add rows after it)."""
+    out: dict[str, dict[str, str]] = {}
+    for row in rows:
+        raw = row.get("JobIDRaw", "")
+        if raw and raw not in out:
+            out[raw] = {k: v for k, v in row.items() if k != "JobIDRaw"}
+    return out
+
+
+def _select(
+    query_ids: Sequence[str], records: Sequence[SacctRecord]
+) -> dict[str, list[SacctRecord]]:
+    """The records of a batched ``sacct -j`` that each id alone would have selected, in
+    sacct's order: ``N`` the job whose JobIDRaw is N and every record whose JobID starts with
+    N (the tasks of array N, the components ``N+K`` of heterogeneous job N, the unsplit
+    ``N_[1-5]``); ``A_T`` the record whose JobID is ``A_T``."""
+    by_raw: dict[str, list[int]] = {}
+    by_job: dict[str, list[int]] = {}
+    by_task: dict[tuple[str, str], list[int]] = {}
+    for i, record in enumerate(records):
+        by_raw.setdefault(record.fields.get("JobIDRaw", ""), []).append(i)
+        parsed = split_jobid(record.fields.get("JobID", ""))
+        if parsed is None:
+            continue
+        by_job.setdefault(parsed[0], []).append(i)
+        if parsed[1] is not None:
+            by_task.setdefault((parsed[0], parsed[1]), []).append(i)
+    out: dict[str, list[SacctRecord]] = {}
+    for q in query_ids:
+        job, _, task = q.partition("_")
+        if task:
+            picked = set(by_task.get((job, task), ()))
+        else:
+            picked = set(by_raw.get(q, ())) | set(by_job.get(q, ()))
+        out[q] = [records[i] for i in sorted(picked)]
+    return out
 
 
 def run_command(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> Completed:
@@ -93,6 +211,7 @@ class CliBackend:
         bin_dir: directory of the Slurm tools when they are not on ``PATH``.
         timezone: stored in the job record (zone of node log stamps).
         runner: runs one command (tests may pass another).
+        clock: the time now, epoch seconds (tests may pass another).
     """
 
     name = "cli"
@@ -105,82 +224,185 @@ class CliBackend:
         bin_dir: str | None = None,
         timezone: str | None = "UTC",
         runner: Runner = run_command,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.timeout = timeout
         self.retries = retries
         self.bin_dir = bin_dir
         self.timezone = timezone
         self.runner = runner
+        self.clock = clock
         env = dict(os.environ)
         env["SLURM_TIME_FORMAT"] = "%s"
         if not env.get("PATH"):
             env["PATH"] = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
         self.env = env
+        self._ctl_down_until = 0.0  # scontrol is not asked before this time
+        self._min_job_age: tuple[int, float] | None = None  # (seconds, trusted until)
+        self._sacct_fields: frozenset[str] | None = None  # what ``sacct -e`` lists
 
     def _tool(self, name: str) -> str:
         return os.path.join(self.bin_dir, name) if self.bin_dir else name
 
-    def run(self, tool: str, args: Sequence[str], *, ok: Callable[[Completed], bool]) -> Completed:
+    def run(
+        self,
+        tool: str,
+        args: Sequence[str],
+        *,
+        ok: Callable[[Completed], bool],
+        retries: int | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Completed:
         """Run a Slurm tool until ``ok(result)`` or the tries are used up.
 
+        Args:
+            retries: extra tries (default: the backend's).
+            env: variables set on top of the backend's environment for this command.
+
         Raises:
+            CommandTimedOut: the last try ran into the timeout.
             SlurmError: with the tool's last error line when every try failed.
         """
         argv = [self._tool(tool), *args]
+        run_env = {**self.env, **env} if env else self.env
         last = "no attempt"
-        for attempt in range(self.retries + 1):
+        timed_out = False
+        for attempt in range((self.retries if retries is None else retries) + 1):
             if attempt:
                 time.sleep(min(0.5 * 2 ** (attempt - 1), 5.0))
             try:
-                result = self.runner(argv, self.timeout, self.env)
+                result = self.runner(argv, self.timeout, run_env)
             except subprocess.TimeoutExpired:
                 last = f"timed out after {self.timeout:g}s"
+                timed_out = True
                 continue
             except OSError as exc:
                 raise SlurmError(f"cannot run {tool}: {exc.strerror or exc}") from None
+            timed_out = False
             if ok(result):
                 return result
             lines = (result.err or result.out).strip().splitlines()
             last = lines[-1] if lines else f"exit code {result.rc}"
+        if timed_out:
+            raise CommandTimedOut(f"{tool} failed: {last}")
         raise SlurmError(f"{tool} failed: {last}")
 
     # ------------------------------------------------------------------ reading
 
+    def _sacct_jobs(
+        self, query_ids: Sequence[str], cluster: str | None, fields: Sequence[str]
+    ) -> list[dict[str, str]]:
+        """``sacct -P -n -D -j id1,id2,... -o fields``: every record of these jobs (all runs),
+        allocation and step lines, parsed."""
+        args = ["-P", "-n", "-D", f"--delimiter={DELIMITER}", "-j", ",".join(query_ids)]
+        if cluster:
+            args += ["-M", cluster]
+        args += ["-o", ",".join(fields)]
+        result = self.run("sacct", args, ok=lambda r: r.rc == 0)
+        return parse_sacct(result.out, fields, delimiter=DELIMITER)
+
     def sacct(self, ref: JobRef) -> list[dict[str, str]]:
         """Every record of the job (all runs, ``-D``), allocation and step lines."""
-        args = ["-P", "-n", "-D", f"--delimiter={DELIMITER}", "-j", ref.query_id]
-        if ref.cluster:
-            args += ["-M", ref.cluster]
-        args += ["-o", ",".join(SACCT_FIELDS)]
-        result = self.run("sacct", args, ok=lambda r: r.rc == 0)
-        return parse_sacct(result.out, SACCT_FIELDS, delimiter=DELIMITER)
+        return self._sacct_jobs([ref.query_id], ref.cluster, SACCT_FIELDS)
 
     def sacct_text(self, ref: JobRef, job_id_raw: str) -> dict[str, str]:
         """The free-text fields (SACCT_TEXT) of one run: the first row of that JobIDRaw, the
         real one (a newline in the job name can only add rows after it)."""
-        args = ["-P", "-n", "-D", f"--delimiter={DELIMITER}", "-j", ref.query_id]
-        if ref.cluster:
-            args += ["-M", ref.cluster]
+        rows = self._sacct_jobs([ref.query_id], ref.cluster, SACCT_TEXT)
+        return _first_texts(rows).get(job_id_raw, {})
+
+    def _batch_texts(
+        self, query_ids: Sequence[str], cluster: str | None, rows: Sequence[Mapping[str, str]]
+    ) -> dict[str, dict[str, str]] | None:
+        """The free-text fields of every run of ``query_ids`` (JobIDRaw -> fields, the first
+        row of each JobIDRaw as ``sacct_text`` takes it) from one sacct call, or ``None``
+        when its output cannot be split safely.
+
+        ``rows`` is what the first call (fields nobody can write) printed for the same ids.
+        A job name or work directory may hold the delimiter and newlines: in a batch a forged
+        row could then sit before another user's real row. So the output is used only when
+        it has exactly one line per row of the first call, each with exactly the delimiters
+        of one record and that row's JobIDRaw first: then no text holds a newline or the
+        delimiter, and each line is one real record.
+
+        Raises:
+            SlurmError: sacct failed.
+        """
+        args = ["-P", "-n", "-D", f"--delimiter={DELIMITER}", "-j", ",".join(query_ids)]
+        if cluster:
+            args += ["-M", cluster]
         args += ["-o", ",".join(SACCT_TEXT)]
-        result = self.run("sacct", args, ok=lambda r: r.rc == 0)
-        for row in parse_sacct(result.out, SACCT_TEXT, delimiter=DELIMITER):
-            if row.get("JobIDRaw") == job_id_raw:
-                return {k: v for k, v in row.items() if k != "JobIDRaw"}
-        return {}
+        out = self.run("sacct", args, ok=lambda r: r.rc == 0).out
+        lines = out.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        need = len(SACCT_TEXT) - 1
+        if len(lines) != len(rows):
+            return None
+        texts: list[dict[str, str]] = []
+        for line, row in zip(lines, rows, strict=True):
+            parts = line.split(DELIMITER)
+            if len(parts) != need + 1 or parts[0] != row.get("JobIDRaw"):
+                return None
+            texts.append(dict(zip(SACCT_TEXT, parts, strict=True)))
+        return _first_texts(texts)
 
-    def scontrol(self, ref: JobRef) -> dict[str, str] | None:
-        """``scontrol show job -d -o`` while slurmctld still holds the job, else ``None``.
+    def min_job_age(self) -> int:
+        """slurmctld's MinJobAge (seconds an ended job stays in its memory), read from
+        ``scontrol show config`` at most once an hour; ``DEFAULT_MIN_JOB_AGE`` when
+        slurmctld cannot tell."""
+        now = self.clock()
+        if self._min_job_age is not None and now < self._min_job_age[1]:
+            return self._min_job_age[0]
+        if now < self._ctl_down_until:
+            return DEFAULT_MIN_JOB_AGE
+        try:
+            result = self.run(
+                "scontrol",
+                ["show", "config"],
+                ok=lambda r: r.rc == 0 or _unreachable(r),
+                retries=0,
+            )
+        except CommandTimedOut:
+            self._ctl_down_until = now + CTL_PAUSE
+            return DEFAULT_MIN_JOB_AGE
+        except SlurmError:
+            self._min_job_age = (DEFAULT_MIN_JOB_AGE, now + CTL_PAUSE)
+            return DEFAULT_MIN_JOB_AGE
+        if _unreachable(result):
+            self._ctl_down_until = now + CTL_PAUSE
+            return DEFAULT_MIN_JOB_AGE
+        m = _MIN_JOB_AGE.search(result.out)
+        age = int(m.group(1)) if m else DEFAULT_MIN_JOB_AGE
+        self._min_job_age = (age, now + CONFIG_TTL)
+        return age
 
-        ``-d`` adds the per-node GRES (``GRES=gpu:h100:2(IDX:0-1)``): which GPUs the job had on
-        each node, known only while the job is in slurmctld's memory (``MinJobAge``). It is
-        kept under ``NODE_GRES`` (one ``hostlist<TAB>GRES`` line per node group)."""
+    def _ctl_wanted(self, ended: str | None) -> bool:
+        """Whether slurmctld may still hold a job whose sacct End is ``ended`` (epoch seconds;
+        anything else: not ended, or not known), and is worth asking."""
+        gone = (  # MinJobAge is read only while slurmctld answers
+            ended is not None
+            and ended.isdecimal()
+            and self.clock() - int(ended) > self.min_job_age()
+        )
+        return not gone and self.clock() >= self._ctl_down_until
+
+    def _ctl_ask(self, ref: JobRef) -> dict[str, str] | None:
+        """One ``scontrol show job -d -o``: the parsed job, or ``None`` (not held, failed)."""
         try:
             result = self.run(
                 "scontrol",
                 ["show", "job", "-d", "-o", ref.query_id],
-                ok=lambda r: r.rc == 0 or "Invalid job id" in r.err,
+                ok=lambda r: r.rc == 0 or "Invalid job id" in r.err or _unreachable(r),
+                retries=0,
             )
+        except CommandTimedOut:
+            self._ctl_down_until = self.clock() + CTL_PAUSE
+            return None
         except SlurmError:
+            return None
+        if _unreachable(result):
+            self._ctl_down_until = self.clock() + CTL_PAUSE
             return None
         if result.rc != 0 or not result.out.strip():
             return None
@@ -188,24 +410,277 @@ class CliBackend:
         out[NODE_GRES] = "\n".join(f"{n}\t{g}" for n, g in parse_node_gres(result.out).items())
         return out
 
+    def scontrol(self, ref: JobRef, *, ended: str | None = None) -> dict[str, str] | None:
+        """``scontrol show job -d -o`` while slurmctld still holds the job, else ``None``.
+
+        ``-d`` adds the per-node GRES (``GRES=gpu:h100:2(IDX:0-1)``): which GPUs the job had on
+        each node, known only while the job is in slurmctld's memory (``MinJobAge``). It is
+        kept under ``NODE_GRES`` (one ``hostlist<TAB>GRES`` line per node group).
+
+        Args:
+            ended: the job's End from sacct (epoch seconds) when known: scontrol is not asked
+                when that is longer ago than MinJobAge (slurmctld has forgotten the job).
+
+        Returns ``None`` without asking also for ``CTL_PAUSE`` seconds after scontrol could not
+        reach slurmctld (connect failure, socket timeout, our timeout). Tried once: what
+        scontrol adds is optional, and its client already retries the connection.
+        """
+        return self._ctl_ask(ref) if self._ctl_wanted(ended) else None
+
     def get_job(
         self,
         ref: JobRef,
         env: Mapping[str, str] | None = None,
         spooled_at: float | None = None,
     ) -> JobRecord:
-        """See ``SlurmBackend.get_job``."""
-        records = group_steps(self.sacct(ref))
+        """See ``SlurmBackend.get_job``: ``get_jobs`` for one job, its error raised."""
+        result = self._resolve([(ref, env, spooled_at)])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def get_jobs(self, items: Sequence[Item]) -> list[JobRecord | SlurmError]:
+        """See ``SlurmBackend.get_jobs``.
+
+        Per cluster and per ``BATCH_IDS`` job ids: one ``sacct -j id1,id2,...`` of the fields
+        nobody can write, one of the free-text fields (``_batch_texts``; per job when its
+        output cannot be split safely); then per job ``scontrol show job`` only while
+        slurmctld may still hold it. Each job's records are picked and merged exactly as
+        ``get_job`` does (it is this function for one job). A failed sacct is the error of
+        every job of its batch."""
+        out: list[JobRecord | SlurmError] = []
+        for (ref, _, _), result in zip(items, self._resolve(items), strict=True):
+            if isinstance(result, SlurmError | JobRecord):
+                out.append(result)
+            elif isinstance(result, AttributionError):
+                out.append(SlurmError(f"job {_display(ref)}: {result}"))
+            else:  # a bug met on this job's data: the others still get their records
+                where = traceback.extract_tb(result.__traceback__)[-1]
+                out.append(
+                    SlurmError(
+                        f"job {_display(ref)}: internal error {type(result).__name__}: "
+                        f"{result} ({where.filename}:{where.lineno})"
+                    )
+                )
+        return out
+
+    def _lookup(
+        self, query_ids: list[str], cluster: str | None
+    ) -> tuple[dict[str, list[SacctRecord]], dict[str, dict[str, dict[str, str]] | SlurmError]]:
+        """The sacct records each of ``query_ids`` selects (one batched call), and the free
+        texts per query id (JobIDRaw -> fields; the error when they could not be read).
+
+        Raises:
+            SlurmError: the batched sacct failed.
+        """
+        rows = self._sacct_jobs(query_ids, cluster, SACCT_FIELDS)
+        records = group_steps(rows)
+        # one id: all that sacct printed is that job's, exactly as get_job always read it
+        one = len(query_ids) == 1
+        found = {query_ids[0]: records} if one else _select(query_ids, records)
+        texts: dict[str, dict[str, dict[str, str]] | SlurmError] = {}
+        wanted = [q for q in query_ids if found[q]]
+        if not wanted:
+            return found, texts
+        if one:
+            try:
+                texts[query_ids[0]] = _first_texts(self._sacct_jobs(query_ids, cluster, SACCT_TEXT))
+            except SlurmError as exc:
+                texts[query_ids[0]] = exc
+            return found, texts
+        try:
+            batch = self._batch_texts(query_ids, cluster, rows)
+        except SlurmError as exc:
+            return found, dict.fromkeys(wanted, exc)
+        for q in wanted:
+            if batch is not None:
+                texts[q] = batch
+                continue
+            try:  # a text with a newline or the delimiter: each job on its own, as get_job
+                texts[q] = _first_texts(self._sacct_jobs([q], cluster, SACCT_TEXT))
+            except SlurmError as exc:
+                texts[q] = exc
+        return found, texts
+
+    def _resolve(self, items: Sequence[Item]) -> list[JobRecord | Exception]:
+        """``get_jobs`` with each job's exception as it was raised (``get_job`` raises it)."""
+        results: list[JobRecord | Exception | None] = [None] * len(items)
+        queries: list[str | None] = []
+        per_cluster: dict[str | None, dict[str, None]] = {}
+        for i, (ref, _, _) in enumerate(items):
+            try:
+                q: str | None = ref.query_id
+            except SlurmError as exc:
+                results[i], q = exc, None
+            queries.append(q)
+            if q is not None:
+                per_cluster.setdefault(ref.cluster, {})[q] = None
+        found: dict[tuple[str | None, str], list[SacctRecord] | SlurmError] = {}
+        texts: dict[tuple[str | None, str], dict[str, dict[str, str]] | SlurmError] = {}
+        for cluster, ids in per_cluster.items():
+            batchable = [q for q in ids if _BATCHABLE.match(q)]
+            alone = [[q] for q in ids if not _BATCHABLE.match(q)]  # a SLUID: as it was asked
+            for chunk in [*_chunks(batchable, BATCH_IDS), *alone]:
+                try:
+                    by_query, by_query_texts = self._lookup(chunk, cluster)
+                except SlurmError as exc:
+                    found.update({(cluster, q): exc for q in chunk})
+                    continue
+                found.update({(cluster, q): recs for q, recs in by_query.items()})
+                texts.update({(cluster, q): t for q, t in by_query_texts.items()})
+        ctl_seen: dict[str, dict[str, str] | None] = {}
+        for i, (ref, env, spooled_at) in enumerate(items):
+            q = queries[i]
+            if q is None:
+                continue
+            try:
+                results[i] = self._one(ref, q, env, spooled_at, found, texts, ctl_seen)
+            except Exception as exc:  # each job's own error (get_job raises it)
+                results[i] = exc
+        return [r if r is not None else SlurmError("no answer") for r in results]
+
+    def _one(
+        self,
+        ref: JobRef,
+        query_id: str,
+        env: Mapping[str, str] | None,
+        spooled_at: float | None,
+        found: Mapping[tuple[str | None, str], list[SacctRecord] | SlurmError],
+        texts: Mapping[tuple[str | None, str], dict[str, dict[str, str]] | SlurmError],
+        ctl_seen: dict[str, dict[str, str] | None],
+    ) -> JobRecord:
+        """One job's record from the batch's answers (``get_job``'s rules).
+
+        Raises:
+            NotReady: Slurm has no final record of it yet.
+            SlurmError: sacct failed for its batch.
+        """
+        key = (ref.cluster, query_id)
+        records = found[key]
+        if isinstance(records, SlurmError):
+            raise records
         record = pick_record(records, spooled_at)
         if record is not None and (raw := record.fields.get("JobIDRaw")):
-            record.fields.update(self.sacct_text(ref, raw))
-        ctl = self.scontrol(ref)
+            text = texts[key]
+            if isinstance(text, SlurmError):
+                raise text
+            record = SacctRecord(fields={**record.fields, **text.get(raw, {})}, steps=record.steps)
+        ended = record.fields.get("End") if record is not None else None
+        if not self._ctl_wanted(ended):
+            ctl = None
+        elif query_id in ctl_seen:  # another run of the same job in this batch
+            ctl = ctl_seen[query_id]
+        else:
+            ctl = ctl_seen[query_id] = self._ctl_ask(ref)
         if record is None and ctl is None:
-            raise NotReady(f"job {ref.query_id} is not in sacct or scontrol (yet)")
+            raise NotReady(f"job {query_id} is not in sacct or scontrol (yet)")
         job = build_job_record(record, ctl, env, timezone=self.timezone, ref_cluster=ref.cluster)
         if job.state not in FINAL_STATES:
-            raise NotReady(f"job {ref.query_id} is {job.state or 'in an unknown state'}, not ended")
+            raise NotReady(f"job {query_id} is {job.state or 'in an unknown state'}, not ended")
         return job
+
+    def _has_field(self, name: str) -> bool:
+        """Whether ``sacct -e`` lists the field (read once; a failure reads as no)."""
+        if self._sacct_fields is None:
+            try:
+                result = self.run("sacct", ["-e"], ok=lambda r: r.rc == 0)
+            except SlurmError:
+                return False
+            self._sacct_fields = frozenset(result.out.split())
+        return name in self._sacct_fields
+
+    def ended_jobs(self, cluster: str | None, since: datetime, until: datetime) -> list[EndedJob]:
+        """See ``SlurmBackend.ended_jobs``.
+
+        ``sacct -a -X -D -s <final states> -S since -E until`` (under ``TZ=UTC0``, so no
+        daylight-saving hour is ambiguous): the records that ended in a final state in the
+        window. Kept: End (epoch) at or after ``since`` and before ``until``, a final State,
+        one array task (``A_T``; the unsplit ``A_[1-5]`` record of tasks that never started is
+        no run). Then one ``sacct -X -D -j`` of those jobs numbers each run: its
+        ``restart_count`` is how many runs of the same JobIDRaw were submitted before it
+        (sacct keeps one record per run, a requeue submits again, and 22.05-24.11 have no
+        restart field). SLUID only where ``sacct -e`` lists it (26.05).
+
+        Raises:
+            SlurmError: sacct failed.
+        """
+        fields = ENDED_FIELDS + (("SLUID",) if self._has_field("SLUID") else ())
+        args = ["-a", "-X", "-D", "-P", "-n", f"--delimiter={DELIMITER}"]
+        args += ["-S", _utc(since), "-E", _utc(until), "-s", ",".join(sorted(FINAL_STATES))]
+        if cluster:
+            args += ["-M", cluster]
+        args += ["-o", ",".join(fields)]
+        result = self.run("sacct", args, ok=lambda r: r.rc == 0, env={"TZ": "UTC0"})
+        low, high = since.timestamp(), until.timestamp()
+        kept: list[tuple[dict[str, str], str, str | None, str | None]] = []
+        for row in parse_sacct(result.out, fields, delimiter=DELIMITER):
+            end, raw = row.get("End", ""), row.get("JobIDRaw", "")
+            parsed = split_jobid(row.get("JobID", ""))
+            if not (end.isdecimal() and low <= int(end) < high and raw.isdecimal()):
+                continue
+            if (row.get("State") or "").split(" ", 1)[0] not in FINAL_STATES:
+                continue
+            if parsed is None or parsed[2] is not None:
+                continue
+            task = parsed[1]
+            if task is not None and not task.isdecimal():
+                continue  # A_[1-5]: tasks that never started, no run of their own
+            kept.append((row, raw, parsed[0] if task else None, task))
+        earlier = self._earlier_runs(cluster, [(raw, a, t) for _, raw, a, t in kept])
+        out: list[EndedJob] = []
+        for row, raw, array_job, task in kept:
+            submit = row.get("Submit", "")
+            nodelist = row.get("NodeList") or ""
+            ran = nodelist not in ("", "None assigned", "(null)")  # else it never started
+            nnodes = row.get("NNodes", "")
+            out.append(
+                EndedJob(
+                    job_id=raw,
+                    cluster=row.get("Cluster") or cluster or "",
+                    state=row["State"].split(" ", 1)[0],
+                    exit_code=row.get("ExitCode") or "",
+                    derived_exit_code=row.get("DerivedExitCode") or "",
+                    end=datetime.fromtimestamp(int(row["End"]), UTC),
+                    user=row.get("User") or None,
+                    uid=row.get("UID") or None,
+                    array_job_id=array_job,
+                    array_task_id=task,
+                    restart_count=sum(
+                        1 for s in earlier.get(raw, ()) if submit.isdecimal() and s < int(submit)
+                    ),
+                    sluid=row.get("SLUID") or None,
+                    nodes=int(nnodes) if ran and nnodes.isdecimal() else 0,
+                    nodelist=nodelist if ran else None,
+                    partition=row.get("Partition") or None,
+                )
+            )
+        return out
+
+    def _earlier_runs(
+        self, cluster: str | None, runs: Sequence[tuple[str, str | None, str | None]]
+    ) -> dict[str, list[int]]:
+        """Submit times (epoch) of every run of each job: JobIDRaw -> times, for ``runs`` of
+        (JobIDRaw, array job id, array task id). One ``sacct -a -X -D -j`` per ``BATCH_IDS``
+        jobs, an array task asked as ``A_T`` (its raw id alone would be the whole array when
+        it is the array's own id).
+
+        Raises:
+            SlurmError: sacct failed.
+        """
+        ids = {f"{a}_{t}" if a and t else raw: raw for raw, a, t in runs}
+        out: dict[str, list[int]] = {}
+        for chunk in _chunks(list(ids), BATCH_IDS):
+            args = ["-a", "-X", "-D", "-P", "-n", f"--delimiter={DELIMITER}", "-j", ",".join(chunk)]
+            if cluster:
+                args += ["-M", cluster]
+            args += ["-o", ",".join(RUN_FIELDS)]
+            result = self.run("sacct", args, ok=lambda r: r.rc == 0)
+            mine = {ids[q] for q in chunk}
+            for row in parse_sacct(result.out, RUN_FIELDS, delimiter=DELIMITER):
+                raw, submit = row.get("JobIDRaw", ""), row.get("Submit", "")
+                if raw in mine and submit.isdecimal():
+                    out.setdefault(raw, []).append(int(submit))
+        return out
 
     def other_jobs(
         self, job: JobRecord, start: datetime, end: datetime
@@ -287,4 +762,11 @@ class CliBackend:
         return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-__all__ = ["DELIMITER", "CliBackend", "Completed", "run_command"]
+__all__ = [
+    "BATCH_IDS",
+    "DELIMITER",
+    "CliBackend",
+    "CommandTimedOut",
+    "Completed",
+    "run_command",
+]

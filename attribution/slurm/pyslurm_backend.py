@@ -7,19 +7,24 @@ command line: ``pyslurm.db.Jobs.modify`` stores comments byte for byte on
 backend's parsers for StdOut patterns; calls used (same in pyslurm 22.5.3 and
 25.11.2, REPORT A5): ``pyslurm.db.Job.load``, ``pyslurm.db.Jobs.modify``,
 ``pyslurm.db.JobFilter``, ``pyslurm.Job.load``.
+
+Many jobs at once (``get_jobs``) and the reconciliation sweep (``ended_jobs``) go through the
+command line backend: its batched sacct answers a burst of jobs with a few calls and reads
+every field ``get_job`` reads from sacct (pyslurm's job has no Account, Partition, Timelimit,
+AllocTRES or steps).
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from attribution.errors import SlurmError
 from attribution.model import JobRecord, OtherJob
-from attribution.slurm.backend import FINAL_STATES, CommentField, JobRef, NotReady
+from attribution.slurm.backend import FINAL_STATES, CommentField, EndedJob, JobRef, NotReady
 from attribution.slurm.cli import CliBackend
 from attribution.slurm.parse import SacctRecord
 from attribution.slurm.resolve import build_job_record
@@ -101,7 +106,7 @@ class PyslurmBackend:
         array_job, array_task = getattr(db, "array_id", None), getattr(db, "array_task_id", None)
         if array_job and array_task is not None:
             fields["JobID"] = f"{array_job}_{array_task}"
-        ctl = self.cli.scontrol(ref)
+        ctl = self.cli.scontrol(ref, ended=fields["End"])
         job = build_job_record(
             SacctRecord(fields=fields),
             ctl,
@@ -112,6 +117,16 @@ class PyslurmBackend:
         if job.state not in FINAL_STATES:
             raise NotReady(f"job {ref.query_id} is {job.state or 'in an unknown state'}, not ended")
         return job
+
+    def get_jobs(
+        self, items: Sequence[tuple[JobRef, Mapping[str, str] | None, float | None]]
+    ) -> list[JobRecord | SlurmError]:
+        """See ``SlurmBackend.get_jobs``: the CLI backend's batched sacct (module docstring)."""
+        return self.cli.get_jobs(items)
+
+    def ended_jobs(self, cluster: str | None, since: datetime, until: datetime) -> list[EndedJob]:
+        """See ``SlurmBackend.ended_jobs`` (sacct through the CLI backend)."""
+        return self.cli.ended_jobs(cluster, since, until)
 
     def other_jobs(
         self, job: JobRecord, start: datetime, end: datetime
