@@ -558,7 +558,19 @@ class CliBackend:
         key = (ref.cluster, query_id)
         records = found[key]
         if isinstance(records, SlurmError):
-            raise records
+            # accounting unreachable (slurmdbd down): slurmctld's own record of a job that
+            # ended within MinJobAge is complete enough for a verdict; otherwise wait
+            spooled = str(int(spooled_at)) if spooled_at is not None and spooled_at > 0 else None
+            if query_id not in ctl_seen and not self._ctl_wanted(spooled):
+                raise records
+            ctl = ctl_seen[query_id] if query_id in ctl_seen else self._ctl_ask(ref)
+            ctl_seen[query_id] = ctl
+            if ctl is None:
+                raise records
+            job = build_job_record(None, ctl, env, timezone=self.timezone, ref_cluster=ref.cluster)
+            if job.state not in FINAL_STATES:
+                raise records
+            return job
         record = pick_record(records, spooled_at)
         if record is not None and (raw := record.fields.get("JobIDRaw")):
             text = texts[key]

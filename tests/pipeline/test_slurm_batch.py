@@ -465,3 +465,47 @@ def test_ended_jobs_raises_when_sacct_fails() -> None:
     since = datetime.fromtimestamp(SINCE, UTC)
     with pytest.raises(SlurmError, match="Problem talking"):
         CliBackend(runner=fake, retries=0).ended_jobs(None, since, since)
+
+
+def test_jobs_slurmctld_still_holds_get_records_while_slurmdbd_is_down() -> None:
+    """slurmdbd down: sacct fails, but a job that ended within MinJobAge is still in
+    slurmctld's memory with its final state; its record comes from there, so the verdict is
+    not held back (its AdminComment write waits for slurmdbd). A job slurmctld does not hold,
+    or holds unfinished, keeps the sacct error (issue 12)."""
+    now = 1767265200
+    line = (FIXTURES / "scontrol-job-10.txt").read_text().splitlines()[0]
+    ctl = {
+        "10": line.replace("JobState=COMPLETING", "JobState=FAILED").replace(
+            "ExitCode=0:15", "ExitCode=1:0"
+        ),
+        "11": line.replace("JobId=10", "JobId=11").replace(
+            "JobState=COMPLETING", "JobState=RUNNING"
+        ),
+    }
+
+    def answer(argv: list[str]) -> Completed:
+        if argv[:3] == ["scontrol", "show", "job"]:
+            found = ctl.get(argv[-1])
+            return Completed(0, found + "\n", "") if found else INVALID
+        if argv[0] == "scontrol":
+            return CONFIG
+        return Completed(
+            1, "", "sacct: error: Problem talking to the database: Connection refused\n"
+        )
+
+    fake = Fake(answer)
+    backend = CliBackend(runner=fake, retries=0, clock=lambda: now)
+    env = {"SLURM_JOB_ID": "10", "SLURM_CLUSTER_NAME": "c1", "SLURM_JOB_RESTART_COUNT": "0"}
+    items: list[Item] = [
+        (JobRef(job_id="10"), env, now - 20.0),
+        (JobRef(job_id="11"), None, now - 20.0),
+        (JobRef(job_id="12"), None, now - 20.0),
+        (JobRef(job_id="13"), None, now - 3600.0),  # past MinJobAge: slurmctld is not asked
+    ]
+    out = backend.get_jobs(items)
+    assert isinstance(out[0], JobRecord)
+    assert (out[0].job_id, out[0].state, out[0].exit_code) == ("10", "FAILED", "1:0")
+    assert out[0].nodes == ("vm",)
+    for result in out[1:]:
+        assert isinstance(result, SlurmError) and "Problem talking" in str(result)
+    assert fake.count("scontrol", "show", "job", "13") == 0
