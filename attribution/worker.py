@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -90,6 +90,13 @@ class Outcome:
     key: str
     result: str
     detail: str = ""
+
+
+class _Ask:
+    """``write_comment``'s default: read the AdminComment from Slurm first."""
+
+
+_ASK = _Ask()
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,8 +295,14 @@ class Worker:
             return []
         return priors_from_verdict_rows(rows)
 
-    def write_comment(self, verdict: Verdict) -> tuple[str, str | None]:
+    def write_comment(
+        self, verdict: Verdict, *, current: str | _Ask | None = _ASK
+    ) -> tuple[str, str | None]:
         """Write the AdminComment line if configured; returns ``(status, line)``.
+
+        ``current``: the job's AdminComment as Slurm gave it when the job was resolved (after
+        ``settle_delay``, when other tools' epilogs have written theirs); asked again when
+        not given.
 
         Never raises: a Slurm error becomes an ``error: ...`` status.
         """
@@ -299,7 +312,11 @@ class Worker:
         job = verdict.job
         line = format_admin_comment(verdict, settings.max_length)
         try:
-            admin = self.backend.get_comment(job, "AdminComment")
+            admin = (
+                self.backend.get_comment(job, "AdminComment")
+                if isinstance(current, _Ask)
+                else current
+            )
             system = None
             if settings.foreign == "system_comment" and not is_own_comment(admin):
                 system = self.backend.get_comment(job, "SystemComment")
@@ -406,7 +423,27 @@ class Worker:
                 continue
             large = len(job.nodes) > self.config.pool.large_nodes
             tasks.append(_Task(claimed, job, large))
+        self._share_other_jobs(tasks)
         return outcomes, tasks
+
+    def _share_other_jobs(self, tasks: Sequence[_Task]) -> None:
+        """Which other jobs shared each task's nodes, for the whole batch with one sacct per
+        cluster (a child asks for a job on its own only when this could not be had)."""
+        asked: list[tuple[_Task, datetime, datetime]] = []
+        for task in tasks:
+            start, end = job_window(task.job, self.options)
+            if task.job.other_jobs is None and start is not None and end is not None:
+                asked.append((task, start, end))
+        if len(asked) < 2:
+            return
+        try:
+            found = self.backend.other_jobs_many([(t.job, s, e) for t, s, e in asked])
+        except Exception as exc:  # never lose the batch: each child asks on its own
+            log.warning("other jobs on the batch's nodes unknown: %s", exc)
+            return
+        for (task, _, _), others in zip(asked, found, strict=True):
+            if isinstance(others, dict):
+                task.job = replace(task.job, other_jobs=others)
 
     def complete(self, job: JobRecord) -> TaskResult:
         """A job's verdict and its AdminComment write (in a child process, or here): which
@@ -418,8 +455,8 @@ class Worker:
             verdict = self.diagnose(job)
             if verdict.terminal_state.value == "pass":
                 status, line = "not-written-pass", None
-            else:
-                status, line = self.write_comment(verdict)
+            else:  # the AdminComment sacct gave when the job was resolved, moments ago
+                status, line = self.write_comment(verdict, current=job.admin_comment)
         except (NotReady, AttributionError) as exc:
             return TaskResult(None, error=str(exc), seconds=time.monotonic() - began)
         except Exception as exc:  # a bug: keep the entry, say where

@@ -224,6 +224,13 @@ class SlurmBackend(Protocol):
         """
         ...
 
+    def other_jobs_many(
+        self, items: Sequence[tuple[JobRecord, datetime, datetime]]
+    ) -> list[dict[str, tuple[OtherJob, ...]] | SlurmError]:
+        """``other_jobs`` for many ``(job, start, end)`` at once (one result per item, a
+        ``SlurmError`` in place of one that could not be had). Never raises."""
+        ...
+
     def get_comment(self, job: JobRecord, field: CommentField) -> str | None:
         """The job's current AdminComment or SystemComment (``None`` when empty)."""
         ...

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from attribution.errors import AttributionError, SlurmError
-from attribution.hostlist import HostlistError, expand
+from attribution.hostlist import HostlistError, compress, expand
 from attribution.model import JobRecord, OtherJob
 from attribution.slurm.backend import FINAL_STATES, CommentField, EndedJob, JobRef, NotReady
 from attribution.slurm.parse import (
@@ -101,6 +101,43 @@ def _local(when: datetime) -> str:
 def _utc(when: datetime) -> str:
     """A time as sacct's -S/-E read it under ``TZ=UTC0``, to the second (rounded down)."""
     return datetime.fromtimestamp(int(when.timestamp()), UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _sharers(
+    job: JobRecord,
+    rows: Sequence[Mapping[str, str]],
+    start: datetime,
+    end: datetime,
+    *,
+    windowed: bool,
+) -> dict[str, tuple[OtherJob, ...]]:
+    """Per node of ``job``, the other jobs among sacct ``rows`` that ran there; with
+    ``windowed``, only those that overlapped ``[start, end]`` (to the second, as sacct's -S/-E
+    count: rows of a batched query cover the window of every job asked)."""
+    mine = set(job.nodes)
+    first = int(start.timestamp())
+    last = int(end.timestamp()) + 1
+    out: dict[str, list[OtherJob]] = {}
+    for row in rows:
+        raw = row.get("JobIDRaw", "")
+        if not raw.isdecimal() or raw == job.job_id:
+            continue
+        began = _epoch(row.get("Start"))
+        if began is None:
+            continue  # it never started
+        ended = _epoch(row.get("End"))
+        if windowed and (
+            began.timestamp() > last or (ended is not None and ended.timestamp() < first)
+        ):
+            continue
+        try:
+            shared = [n for n in expand(row.get("NodeList")) if n in mine]
+        except HostlistError:
+            continue
+        other = OtherJob(raw, began, ended, row.get("User") or None)
+        for node in shared:
+            out.setdefault(node, []).append(other)
+    return {node: tuple(jobs) for node, jobs in out.items()}
 
 
 def _epoch(text: str | None) -> datetime | None:
@@ -705,29 +742,55 @@ class CliBackend:
         """
         if not job.nodes:
             return {}
-        args = ["-a", "-X", "-P", "-n", f"--delimiter={DELIMITER}", "-N", job.nodelist]
+        rows = self._others(job.nodelist, job.cluster, start, end)
+        return _sharers(job, rows[:MAX_OTHER_ROWS], start, end, windowed=False)
+
+    def other_jobs_many(
+        self, items: Sequence[tuple[JobRecord, datetime, datetime]]
+    ) -> list[dict[str, tuple[OtherJob, ...]] | SlurmError]:
+        """``other_jobs`` for many jobs: one ``sacct -a -X -N <all their nodes> -S <earliest
+        start> -E <latest end>`` per cluster, each job then given the other jobs that shared
+        one of its nodes and overlapped its own window. When that answer reaches
+        ``MAX_OTHER_ROWS`` (it could be cut short), each job is asked on its own."""
+        out: list[dict[str, tuple[OtherJob, ...]] | SlurmError | None] = [None] * len(items)
+        clusters: dict[str | None, list[int]] = {}
+        for i, (job, _, _) in enumerate(items):
+            if not job.nodes:
+                out[i] = {}
+            else:
+                clusters.setdefault(job.cluster, []).append(i)
+        for cluster, idx in clusters.items():
+            nodes = compress(sorted({n for i in idx for n in items[i][0].nodes}))
+            start = min(items[i][1] for i in idx)
+            end = max(items[i][2] for i in idx)
+            rows: list[dict[str, str]] | None
+            try:
+                rows = self._others(nodes, cluster, start, end) if len(idx) > 1 else None
+            except SlurmError as exc:
+                for i in idx:
+                    out[i] = exc
+                continue
+            for i in idx:
+                job, s, e = items[i]
+                try:
+                    if rows is None or len(rows) >= MAX_OTHER_ROWS:
+                        out[i] = self.other_jobs(job, s, e)
+                    else:
+                        out[i] = _sharers(job, rows, s, e, windowed=True)
+                except SlurmError as exc:
+                    out[i] = exc
+        return [r if r is not None else {} for r in out]
+
+    def _others(
+        self, nodelist: str, cluster: str | None, start: datetime, end: datetime
+    ) -> list[dict[str, str]]:
+        args = ["-a", "-X", "-P", "-n", f"--delimiter={DELIMITER}", "-N", nodelist]
         args += ["-S", _local(start), "-E", _local(end)]
-        if job.cluster:
-            args += ["-M", job.cluster]
+        if cluster:
+            args += ["-M", cluster]
         args += ["-o", ",".join(OTHER_FIELDS)]
         result = self.run("sacct", args, ok=lambda r: r.rc == 0)
-        mine = set(job.nodes)
-        out: dict[str, list[OtherJob]] = {}
-        for row in parse_sacct(result.out, OTHER_FIELDS, delimiter=DELIMITER)[:MAX_OTHER_ROWS]:
-            raw = row.get("JobIDRaw", "")
-            if not raw.isdecimal() or raw == job.job_id:
-                continue
-            began = _epoch(row.get("Start"))
-            if began is None:
-                continue  # it never started
-            try:
-                shared = [n for n in expand(row.get("NodeList")) if n in mine]
-            except HostlistError:
-                continue
-            other = OtherJob(raw, began, _epoch(row.get("End")), row.get("User") or None)
-            for node in shared:
-                out.setdefault(node, []).append(other)
-        return {node: tuple(jobs) for node, jobs in out.items()}
+        return parse_sacct(result.out, OTHER_FIELDS, delimiter=DELIMITER)
 
     def get_comment(self, job: JobRecord, field: CommentField) -> str | None:
         """The job's AdminComment/SystemComment now (newest record), ``None`` when empty."""

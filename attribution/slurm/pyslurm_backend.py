@@ -134,6 +134,12 @@ class PyslurmBackend:
         """See ``SlurmBackend.other_jobs`` (one sacct call through the CLI)."""
         return self.cli.other_jobs(job, start, end)
 
+    def other_jobs_many(
+        self, items: Sequence[tuple[JobRecord, datetime, datetime]]
+    ) -> list[dict[str, tuple[OtherJob, ...]] | SlurmError]:
+        """See ``SlurmBackend.other_jobs_many`` (batched sacct calls through the CLI)."""
+        return self.cli.other_jobs_many(items)
+
     def get_comment(self, job: JobRecord, field: CommentField) -> str | None:
         db = self._db_job(JobRef.from_job(job))
         if db is None:

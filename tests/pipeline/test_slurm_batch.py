@@ -13,9 +13,17 @@ from datetime import UTC, datetime
 import pytest
 
 from attribution.errors import SlurmError
+from attribution.hostlist import expand
 from attribution.model import JobRecord
 from attribution.slurm.backend import EndedJob, JobRef, NotReady
-from attribution.slurm.cli import BATCH_IDS, CTL_PAUSE, DELIMITER, CliBackend, Completed
+from attribution.slurm.cli import (
+    BATCH_IDS,
+    CTL_PAUSE,
+    DELIMITER,
+    OTHER_FIELDS,
+    CliBackend,
+    Completed,
+)
 from attribution.slurm.pyslurm_backend import PyslurmBackend
 from tests.pipeline.conftest import FIXTURES
 
@@ -509,3 +517,53 @@ def test_jobs_slurmctld_still_holds_get_records_while_slurmdbd_is_down() -> None
     for result in out[1:]:
         assert isinstance(result, SlurmError) and "Problem talking" in str(result)
     assert fake.count("scontrol", "show", "job", "13") == 0
+
+
+def test_other_jobs_of_a_batch_equal_each_jobs_own_answer() -> None:
+    """One sacct for the whole batch's nodes and window gives each job exactly the other
+    jobs its own question would: those on its nodes that overlapped its window."""
+    t0 = 1767265200
+    others = [  # JobIDRaw, start, end, nodes, user
+        ("50", t0 - 500, t0 - 400, "n1", "a"),  # before every window
+        ("51", t0 - 100, t0 + 10, "n[1-2]", "b"),  # on both nodes; overlaps job 1 only
+        ("52", t0 + 150, t0 + 170, "n2", "c"),  # only job 2's window
+        ("53", t0 + 5, 0, "n3", "d"),  # still running, on job 3's node
+        ("54", 0, 0, "n1", "e"),  # never started
+        ("1", t0, t0 + 60, "n1", "u"),  # job 1 itself
+    ]
+
+    def answer(argv: list[str]) -> Completed:
+        s_at = datetime.fromisoformat(arg(argv, "-S")).timestamp()
+        e_at = datetime.fromisoformat(arg(argv, "-E")).timestamp()
+        asked = set(expand(arg(argv, "-N")))
+        rows = []
+        for raw, start, end, nodes, user in others:
+            if not set(expand(nodes)) & asked:
+                continue
+            if start and (start > e_at or (end and end < s_at)):
+                continue
+            values = {"JobIDRaw": raw, "Start": str(start) if start else "Unknown"}
+            values |= {"End": str(end) if end else "Unknown", "NodeList": nodes, "User": user}
+            rows.append(D.join(values[f] for f in OTHER_FIELDS) + "\n")
+        return Completed(0, "".join(rows), "")
+
+    def job(job_id: str, nodes: tuple[str, ...]) -> JobRecord:
+        return JobRecord(job_id=job_id, cluster="c1", nodes=nodes, nodelist=",".join(nodes))
+
+    at = lambda x: datetime.fromtimestamp(x, UTC)  # noqa: E731
+    items = [
+        (job("1", ("n1",)), at(t0 - 60), at(t0 + 60)),
+        (job("2", ("n2",)), at(t0 + 100), at(t0 + 200)),
+        (job("3", ("n3",)), at(t0), at(t0 + 30)),
+        (job("4", ()), at(t0), at(t0 + 30)),
+    ]
+    fake = Fake(answer)
+    backend = CliBackend(runner=fake, retries=0)
+    batched = backend.other_jobs_many(items)
+    assert fake.count("sacct") == 1
+    alone = [backend.other_jobs(j, s, e) for j, s, e in items]
+    assert batched == alone
+    assert {n: [o.job_id for o in js] for n, js in batched[0].items()} == {"n1": ["51"]}
+    assert {n: [o.job_id for o in js] for n, js in batched[1].items()} == {"n2": ["52"]}
+    assert {n: [o.job_id for o in js] for n, js in batched[2].items()} == {"n3": ["53"]}
+    assert batched[3] == {}

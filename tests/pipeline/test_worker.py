@@ -49,6 +49,10 @@ class StandIn:
                 out.append(exc)
         return out
 
+    def other_jobs_many(self, items):  # type: ignore[no-untyped-def]
+        self.batched_other_jobs = [job.job_id for job, _, _ in items]
+        return [{"n1": ()} for _ in items]
+
     def ended_jobs(self, cluster, since, until):  # type: ignore[no-untyped-def]
         return []  # accounting knows no job the hook missed
 
@@ -130,7 +134,12 @@ def test_outcomes(tmp_path: Path, ruleset: RuleSet) -> None:
 
 
 def test_record_pass_and_foreign_comment(tmp_path: Path, ruleset: RuleSet) -> None:
-    jobs = {"1": record("1", "COMPLETED"), "2": record("2", "FAILED", "2:0")}
+    from dataclasses import replace
+
+    # sacct's record carries the AdminComment jobstats wrote in its epilog: the worker keeps
+    # it (without asking Slurm again)
+    foreign = replace(record("2", "FAILED", "2:0"), admin_comment="JS1:Short")
+    jobs = {"1": record("1", "COMPLETED"), "2": foreign}
     worker, spool, backend = make(tmp_path, ruleset, jobs, record_pass=True)
     backend.comments[("2", "AdminComment")] = "JS1:Short"
     enqueue(spool, "1")
@@ -336,6 +345,9 @@ def test_small_jobs_go_before_large_ones_and_one_sacct_resolves_the_batch(
     assert [o.key for o in outcomes] == ["c_2_0", "c_3_0", "c_4_0", "c_1_0"]
     assert {o.result for o in outcomes} == {"saved"}
     assert backend.batches == [4]
+    # which other jobs shared the nodes: one batched question, none per job
+    assert sorted(backend.batched_other_jobs) == ["1", "2", "3", "4"]
+    assert not hasattr(backend, "asked_other_jobs")
 
 
 def test_a_worker_stopped_with_claimed_entries_gives_them_back(
