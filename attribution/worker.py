@@ -118,6 +118,7 @@ class _Task:
     claimed: Claimed
     job: JobRecord
     large: bool
+    pool: ProcessPoolExecutor | None = None  # the pool it was given to
 
 
 @dataclass(slots=True)
@@ -183,8 +184,10 @@ _CHILD: Worker | None = None
 def _child_init(config: Config) -> None:
     """Runs once in each child: its own Slurm backend, store connection and rules."""
     global _CHILD
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # the parent decides when to stop: it finishes the jobs in hand, then ends the pool
+    # (systemd's KillMode=mixed sends SIGTERM to it alone; a Ctrl-C reaches the whole group)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _CHILD = Worker(config, processes=1)
 
 
@@ -548,7 +551,7 @@ class Worker:
                 finished, _ = wait(inflight, timeout=1.0, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     task = inflight.pop(fut)
-                    self._note([self.finish(task, self._result(fut))], outcomes)
+                    self._note([self.finish(task, self._result(fut, task))], outcomes)
                 self.beat()
         finally:
             # stopped (or an error): what was claimed but never started goes back, unharmed
@@ -609,16 +612,18 @@ class Worker:
                 initargs=(self.config,),
                 max_tasks_per_child=TASKS_PER_CHILD,
             )
+        task.pool = self._pool
         return self._pool.submit(_child_task, task.job)
 
-    def _result(self, fut: Future[TaskResult]) -> TaskResult:
+    def _result(self, fut: Future[TaskResult], task: _Task) -> TaskResult:
         try:
             return fut.result()
         except BrokenProcessPool:
-            # a child was killed (OOM killer, a signal) or crashed: every task it held is
-            # retried; the pool is replaced
-            self.counters.children_lost += 1
-            self.close_pool(wait=False)
+            # a child was killed (OOM killer, a signal) or crashed: every task its pool held
+            # is retried; the pool is replaced (once, however many of its tasks report it)
+            if task.pool is not None and task.pool is self._pool:
+                self.counters.children_lost += 1
+                self.close_pool(wait=False)
             return TaskResult(None, error="the diagnosing process died (killed or crashed)")
         except Exception as exc:  # a result that could not be sent back
             return TaskResult(None, error=_internal(exc))

@@ -46,6 +46,8 @@ if tool == "sacctmgr":
     if os.path.exists(kill):  # lose the child process that writes this comment, once
         os.unlink(kill)
         os.kill(os.getppid(), 9)
+    if os.path.exists(os.path.join(here, "slow")):
+        import time; time.sleep(0.5)
     sys.exit(0)
 if args == ["-e"]:
     print("JobID JobIDRaw State ExitCode End")
@@ -171,3 +173,46 @@ def test_a_child_lost_mid_job_is_retried_and_the_pool_replaced(
     assert len(list(Store(config.store).rows())) == 4
     retry_state = make_spool(config).dir("retry")
     assert not any(retry_state.iterdir())
+
+
+@pytest.mark.slow
+def test_a_stopped_worker_finishes_the_jobs_in_hand_and_gives_back_the_rest(
+    site: tuple[Config, Path],
+) -> None:
+    """SIGTERM (``stop``) during a drain: the jobs the children hold are finished and saved,
+    the claimed ones not started go back to new/ with no attempt counted, nothing fails."""
+    import threading
+
+    config, bin_dir = site
+    table: dict[str, dict[str, object]] = {
+        str(j): {"state": "FAILED", "exit": "1:0", "end": T_END, "nodes": "n1"}
+        for j in range(40, 52)
+    }
+    jobs(bin_dir, table)
+    (bin_dir / "slow").write_text("")
+    spool_jobs(config, list(table))
+    done: list[object] = []
+    workers: list[Worker] = []
+
+    def run() -> None:  # the worker's store connection belongs to the thread that runs it
+        workers.append(Worker(config))
+        done.extend(workers[0].run())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        log = bin_dir / "calls.log"
+        if log.exists() and calls(bin_dir, "sacctmgr"):
+            break
+        time.sleep(0.02)
+    workers[0].stop()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    results = [o.result for o in done]  # type: ignore[attr-defined]
+    assert results and set(results) == {"saved"}
+    spool = make_spool(config)
+    counts = spool.counts()
+    assert counts["work"] == 0 and counts["failed"] == 0
+    assert counts["done"] == len(results) and counts["new"] == 12 - len(results)
+    assert not any(spool.dir("retry").iterdir())
