@@ -210,12 +210,15 @@ class SlurmSettings(_Strict):
 class Pool(_Strict):
     """How the worker spreads jobs over processes.
 
-    ``processes``: diagnoses run at once, each in its own process (0: one per CPU core).
-    ``batch``: spool entries resolved with one batched ``sacct`` call at the most.
+    ``processes``: diagnoses run at once, each in its own process (0: one per CPU core, at
+    most 8; about 256 MiB each). ``batch``: spool entries claimed and resolved together
+    (sacct is asked about 200 job ids at a time); a larger batch means fewer Slurm calls in a
+    burst, a smaller one that entries spooled meanwhile join sooner.
     ``large_nodes``: a job on more nodes than this is large; large jobs never take every
     process, so a 1-node verdict never waits behind a 4,096-node one. Within the small lane,
     entries are taken round robin across array jobs (and users), oldest first, so a
-    1,000-task array does not hold back other jobs' verdicts.
+    1,000-task array does not hold back other jobs' verdicts. (With one process there is
+    nothing to keep free: small jobs just go first.)
     """
 
     processes: int = Field(default=0, ge=0, le=256)
@@ -393,7 +396,7 @@ admin_comment: {enabled: false, foreign: skip, max_length: 256}
 record_pass: false
 timezone: UTC              # zone of node log stamps that carry no offset
 slurm: {backend: auto, timeout: 30s, retries: 2}
-pool: {processes: 0, batch: 200, large_nodes: 64}   # 0 processes: one per CPU core
+pool: {processes: 0, batch: 200, large_nodes: 64}   # 0 processes: one per core, at most 8
 reconcile: {enabled: true, interval: 5m, grace: 2m, first_lookback: 1h}
 health: {max_queue_age: 15m, max_heartbeat_age: 5m, max_reconcile_age: 30m, max_failed: 0}
 """

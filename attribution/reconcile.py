@@ -86,6 +86,8 @@ class SweepResult:
         head = f"reconcile {self.cluster} {window}"
         if not self.swept:
             return f"{head}: nothing to sweep yet (the window is empty)"
+        if self.error is not None and not self.ended and not self.enqueued:
+            return f"{head}: failed before any job was known, the watermark stays: {self.error}"
         counts = f"{self.ended} ended"
         if self.ignored:
             counts += f" ({self.ignored} ignored: never ran or not final)"

@@ -525,7 +525,8 @@ class Store:
         enqueued: Sequence[str],
         error: str | None = None,
     ) -> None:
-        """Record one sweep; without ``error`` the cluster's watermark moves to ``until``.
+        """Record one sweep; without ``error`` the cluster's watermark moves to ``until``
+        (with one, a cluster without a watermark gets ``since``, so the window does not slide).
         ``seen``: jobs accounting says ended in [since, until) that should have a verdict;
         ``enqueued``: the keys that had none and were never spooled (at most 100 kept).
 
@@ -548,6 +549,11 @@ class Store:
                 if error is None:
                     self.db.table("watermarks").upsert(
                         {"cluster": cluster, "until": _iso(until)}, pk="cluster"
+                    )
+                else:  # a first sweep that failed still fixes where the next one starts
+                    self.db.execute(
+                        "INSERT OR IGNORE INTO watermarks (cluster, until) VALUES (?, ?)",
+                        [cluster, _iso(since)],
                     )
                 # keep a month of sweeps at one a minute at the most
                 self.db.execute(

@@ -71,6 +71,7 @@ PRUNE_EVERY = 3600.0
 COMMENT_RETRY_FIRST = 30.0
 COMMENT_RETRY_MAX = 1800.0
 HEARTBEAT_EVERY = 10.0
+DEFAULT_MAX_PROCESSES = 8  # pool.processes 0: one per core, at most this many
 # a child process is replaced after this many diagnoses (memory stays bounded per process)
 TASKS_PER_CHILD = 500
 # how far ahead of the batch the parent reads entries to order them fairly
@@ -136,13 +137,16 @@ class Counters:
 
 
 def pool_size(config: Config) -> int:
-    """Diagnoses at once: ``pool.processes``, or one per CPU core this process may use."""
+    """Diagnoses at once: ``pool.processes``, or one per CPU core this process may use, at
+    most ``DEFAULT_MAX_PROCESSES`` (the worker often shares its host with slurmctld and
+    slurmdbd, and the unit's ``MemoryMax`` is sized for that many)."""
     if config.pool.processes:
         return config.pool.processes
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, DEFAULT_MAX_PROCESSES))
 
 
 def entry_group(text: str | None, key: str) -> str:
@@ -689,6 +693,17 @@ class Worker:
         self.spool.check()
         done: list[Outcome] = []
         with self.spool.locked():
+            log.info(
+                "worker %d started: spool %s, store %s, %d diagnosing process(es), "
+                "reconciliation %s",
+                os.getpid(),
+                self.spool.root,
+                self.config.store,
+                self.processes,
+                f"every {self.config.reconcile.interval:g} s"
+                if self.config.reconcile.enabled
+                else "off",
+            )
             recovered = self.spool.recover()
             if recovered:
                 log.warning("recovered %d entr(ies) left in work/", len(recovered))
@@ -726,6 +741,8 @@ class Worker:
             finally:
                 self.beat(force=True)
                 self.close_pool()
+                results = ", ".join(f"{n} {k}" for k, n in sorted(self.counters.results.items()))
+                log.info("worker %d stopped (%s)", os.getpid(), results or "nothing done")
         return done
 
     def _spool_trouble(self, exc: OSError) -> list[Outcome]:

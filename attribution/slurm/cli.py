@@ -36,7 +36,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from attribution.errors import AttributionError, SlurmError
 from attribution.hostlist import HostlistError, compress, expand
@@ -91,11 +91,6 @@ _UNREACHABLE = (
 _MIN_JOB_AGE = re.compile(r"^MinJobAge\s*=\s*(\d+)", re.MULTILINE)
 
 Item = tuple[JobRef, Mapping[str, str] | None, float | None]
-
-
-def _local(when: datetime) -> str:
-    """A time as sacct's -S/-E read it: local time of this process, to the second."""
-    return datetime.fromtimestamp(when.timestamp()).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def _utc(when: datetime) -> str:
@@ -785,11 +780,13 @@ class CliBackend:
         self, nodelist: str, cluster: str | None, start: datetime, end: datetime
     ) -> list[dict[str, str]]:
         args = ["-a", "-X", "-P", "-n", f"--delimiter={DELIMITER}", "-N", nodelist]
-        args += ["-S", _local(start), "-E", _local(end)]
+        # under TZ=UTC0: no daylight-saving hour is ambiguous (the window may end a second
+        # later than asked, rounding up: more jobs counted as sharing, never fewer)
+        args += ["-S", _utc(start), "-E", _utc(end + timedelta(seconds=1))]
         if cluster:
             args += ["-M", cluster]
         args += ["-o", ",".join(OTHER_FIELDS)]
-        result = self.run("sacct", args, ok=lambda r: r.rc == 0)
+        result = self.run("sacct", args, ok=lambda r: r.rc == 0, env={"TZ": "UTC0"})
         return parse_sacct(result.out, OTHER_FIELDS, delimiter=DELIMITER)
 
     def get_comment(self, job: JobRecord, field: CommentField) -> str | None:

@@ -439,7 +439,16 @@ def test_one_cluster_failing_does_not_stop_the_others(tmp_path: Path) -> None:
         ("a", "sacct -M a: cluster a is not reachable", ()),
         ("b", None, ("b_5_0",)),
     ]
-    assert (store.watermark("a"), store.watermark("b")) == (None, UNTIL)
+    # a's first sweep failed: its watermark is pinned where that window began, so the next
+    # sweep covers the same jobs and the window does not slide with each retry
+    assert (store.watermark("a"), store.watermark("b")) == (FIRST_SINCE, UNTIL)
+    later = NOW + timedelta(minutes=5)
+    (again, _) = reconcile(config, store, spool, HalfDown([]), later)
+    assert again.since == FIRST_SINCE and again.error is not None
+    assert again.summary().endswith(
+        "failed before any job was known, the watermark stays: "
+        "sacct -M a: cluster a is not reachable"
+    )
 
 
 def test_disabled_sweeps_nothing(tmp_path: Path) -> None:

@@ -533,8 +533,8 @@ def test_other_jobs_of_a_batch_equal_each_jobs_own_answer() -> None:
     ]
 
     def answer(argv: list[str]) -> Completed:
-        s_at = datetime.fromisoformat(arg(argv, "-S")).timestamp()
-        e_at = datetime.fromisoformat(arg(argv, "-E")).timestamp()
+        s_at = datetime.fromisoformat(arg(argv, "-S")).replace(tzinfo=UTC).timestamp()
+        e_at = datetime.fromisoformat(arg(argv, "-E")).replace(tzinfo=UTC).timestamp()
         asked = set(expand(arg(argv, "-N")))
         rows = []
         for raw, start, end, nodes, user in others:
