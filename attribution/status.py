@@ -8,7 +8,9 @@ AdminComment write-backs, reconciliation sweeps); it returns a ``Status``, which
 worker is unhealthy under the configuration's ``health`` thresholds; none means healthy.
 
 Nothing here writes: the spool lock is tried on a descriptor opened read-only without
-creating the file, and released at once.
+creating the file, and released at once. A spool directory the caller may not read raises
+``StatusUnreadable`` (``sattr status`` exits 2: it cannot tell); a file in it the caller may
+not read (a retry state, an ``.error`` file, the lock file) is counted and said, never guessed.
 """
 
 from __future__ import annotations
@@ -20,17 +22,18 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from attribution.config import Config
-from attribution.errors import AttributionError, Location
+from attribution.config import DEFAULT_CONFIG, Config
+from attribution.errors import AttributionError, Location, StoreError
 from attribution.hostlist import compress
 from attribution.model import STREAM_GROUPS
-from attribution.spool import LOCK_NAME, SUBDIRS, Spool, read_spool_file
+from attribution.spool import LOCK_NAME, MAX_ENTRY_BYTES, SUBDIRS, Spool
 from attribution.store import Store
 from attribution.timeutil import parse_iso
 
@@ -43,6 +46,7 @@ NODE_LOG_STREAMS: tuple[str, ...] = tuple(s.value for s in STREAM_GROUPS["node"]
 TOP_REASONS = 5
 MAX_ERROR_FILES = 5000  # failed/ entries whose .error is read; the rest are only counted
 MAX_REASON = 200  # characters of an error shown
+SWEEP_ROWS = 20_000  # recorded sweeps read to find each cluster's last successful one
 
 
 class StatusUnreadable(AttributionError):
@@ -68,7 +72,9 @@ class Reason:
 class WorkerState:
     """Whether a worker holds the spool lock (``running``: None when that cannot be told,
     ``lock`` says why) and its last heartbeat: ``pid``, ``host``, ``started_at``, ``beat_at``,
-    ``beat_age`` (seconds) and ``info`` (its counters, as it reported them)."""
+    ``beat_age`` (seconds) and ``info`` (its counters since it started, as it reported them:
+    ``processes``, ``results`` (entries per outcome: ``saved``, ``dropped``, ``retry``,
+    ``failed``, ``stuck``), ``children_lost``, ``comments_rewritten``, ``reconciled``)."""
 
     running: bool | None
     lock: str
@@ -88,7 +94,10 @@ class QueueState:
     entries in ``work/`` (and the oldest one's age), ``done/`` and ``failed/``; the entries
     that failed at least once and will be tried again (``retrying``, grouped in
     ``retry_reasons``) and the reasons of the failed ones (``failed_reasons``, from their
-    ``.error`` files); ``top`` reasons are kept, ``*_more`` counts the rest."""
+    ``.error`` files); ``top`` reasons are kept, ``*_more`` counts the rest. Entries in
+    ``new/`` whose retry state the caller may not read are ``retry_unknown`` (neither ready,
+    settling nor waiting: when they are due cannot be told); ``unreadable`` counts the files
+    (retry states, ``.error`` files) the caller may not read."""
 
     path: str
     ready: int = 0
@@ -105,6 +114,8 @@ class QueueState:
     retry_reasons_more: int = 0
     failed_reasons: list[Reason] = field(default_factory=list)
     failed_reasons_more: int = 0
+    retry_unknown: int = 0
+    unreadable: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +154,9 @@ class CommentState:
 class Sweep:
     """The last reconciliation sweep of a cluster: when it ran (``age`` seconds ago), the
     window it covered, jobs ``seen``, jobs ``enqueued`` (they never reached the spool), and its
-    ``error``."""
+    ``error``; the cluster's last successful sweep (``last_ok_at``, ``last_ok_age``; None when
+    none was found in the sweeps read, ``ReconcileState.looked_back``) and, when the last
+    sweep failed, the oldest failure since that success (``failing_since``)."""
 
     cluster: str
     ran_at: str
@@ -153,6 +166,9 @@ class Sweep:
     seen: int
     enqueued: int
     error: str | None
+    last_ok_at: str | None = None
+    last_ok_age: float | None = None
+    failing_since: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +186,14 @@ class SweepTotals:
 @dataclass(frozen=True, slots=True)
 class ReconcileState:
     """The reconciliation sweep: ``enabled`` in the configuration, the last sweep of each
-    cluster and the totals of the last ``window`` seconds."""
+    cluster and the totals of the last ``window`` seconds; ``looked_back``: how far back
+    (seconds) the sweeps were read for each cluster's last successful one."""
 
     enabled: bool
     window: float = DAY
     last: list[Sweep] = field(default_factory=list)
     totals: list[SweepTotals] = field(default_factory=list)
+    looked_back: float = DAY
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +216,8 @@ class StreamHealth:
 class SilentNodes:
     """Nodes that ran jobs in the evidence window but gave no lines from the node log
     ``stream`` for at least ``hours_min`` (up to ``hours_max``) hours; ``never``: none in the
-    whole look-back (``LINES_LOOKBACK``), then the hours are None. ``nodes`` is a hostlist."""
+    whole span the store covers (``EvidenceState.covered``), then the hours are None. ``nodes``
+    is a hostlist."""
 
     stream: str
     nodes: str
@@ -210,20 +229,25 @@ class SilentNodes:
 
 @dataclass(frozen=True, slots=True)
 class EvidenceState:
-    """Evidence health over the jobs that ended in the last ``window`` seconds."""
+    """Evidence health over the jobs that ended in the last ``window`` seconds; ``covered``:
+    the seconds back to the oldest job end in the store, at most ``LINES_LOOKBACK`` (None
+    without any): a node is called silent only for a span the store covers."""
 
     window: float
     streams: list[StreamHealth] = field(default_factory=list)
     node_logs: StreamHealth | None = None
     silent: list[SilentNodes] = field(default_factory=list)
+    covered: float | None = None
 
 
 @dataclass(slots=True)
 class Status:
     """Everything ``sattr status`` says; ``problems`` empty means healthy. A section the
-    store would fill is None when there is no store to read (``store_state`` says why)."""
+    store would fill is None when there is no store to read (``store_state`` says why).
+    ``config``: the configuration file read, None when there was none (the defaults)."""
 
     now: datetime
+    config: str | None
     spool: str
     store: str
     store_state: str
@@ -240,14 +264,15 @@ class Status:
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` object: ``schema``, ``now``, ``healthy``, ``problems``, ``spool``,
-        ``store``, ``store_state`` and one object (or null) per section, with the field names
-        of the section classes; times are UTC ISO text, durations seconds."""
+        """The ``--json`` object: ``schema``, ``now``, ``healthy``, ``problems``, ``config``,
+        ``spool``, ``store``, ``store_state`` and one object (or null) per section, with the
+        field names of the section classes; times are UTC ISO text, durations seconds."""
         out: dict[str, Any] = {
             "schema": SCHEMA,
             "now": _iso(self.now),
             "healthy": self.healthy,
             "problems": list(self.problems),
+            "config": self.config,
             "spool": self.spool,
             "store": self.store,
             "store_state": self.store_state,
@@ -266,6 +291,7 @@ class Status:
                     dataclasses.asdict(evidence.node_logs) if evidence.node_logs else None
                 ),
                 "silent": [dataclasses.asdict(s) for s in evidence.silent],
+                "covered": evidence.covered,
             }
         return out
 
@@ -273,30 +299,36 @@ class Status:
 # --------------------------------------------------------------------- collecting
 
 
-def collect(config: Config, *, now: datetime | None = None) -> Status:
+def collect(config: Config, *, config_file: str | None, now: datetime | None = None) -> Status:
     """Read the spool, the spool lock and the verdict store the configuration names.
 
     Args:
         config: the site configuration (``spool``, ``store``, ``settle_delay``,
             ``reconcile``, ``admin_comment``, ``health``).
+        config_file: the file ``config`` was read from; None when there was none (the
+            defaults).
         now: the time to measure ages from (UTC; default: now).
 
     Returns:
         The status, its ``problems`` filled in.
 
     Raises:
-        StatusUnreadable: when the spool or the store exists but the caller may not read it.
+        StatusUnreadable: when the spool, a spool directory or the store exists but the
+            caller may not read it (or reading it fails).
     """
     now = now or datetime.now(UTC)
-    spool_path, store_path = Path(config.spool), Path(config.store)
+    spool = Spool(config.spool)
+    store_path = Path(config.store)
     problems: list[str] = []
-    queue = _queue(config, now, problems)
     worker = WorkerState(running=None, lock="no spool")
-    if queue is not None:
-        worker = _lock_state(spool_path)
+    queue = None
+    if _spool_root(spool.root, problems):
+        worker = _lock_state(spool.root)  # told apart from the subdirectories: one may be gone
+        queue = _queue(spool, config, now, problems)
     status = Status(
         now=now,
-        spool=str(spool_path),
+        config=config_file,
+        spool=str(spool.root),
         store=str(store_path),
         store_state="ok",
         worker=worker,
@@ -305,7 +337,7 @@ def collect(config: Config, *, now: datetime | None = None) -> Status:
     store = _open_store(store_path, status, problems)
     if store is not None:
         with store:
-            _read_store(store, config, status)
+            _read_store(store, config, status, problems)
     status.problems = [*problems, *_judge(config, status)]
     return status
 
@@ -324,17 +356,47 @@ def _age(now: datetime, stamp: str | None) -> float | None:
     return None if at is None else round((now - at).total_seconds(), 3)
 
 
-def _unreadable(path: Path, what: str) -> StatusUnreadable:
-    return StatusUnreadable(
-        f"{what} is not readable to you; run 'sattr status' as root (or as a member of a group"
-        " that may read it)",
-        Location(str(path)),
-    )
+def _unreadable(path: Path | str, what: str, exc: OSError | None = None) -> StatusUnreadable:
+    """The error for a spool or store ``path`` that cannot be read: the caller's rights
+    (EACCES, EPERM) or the file system (``exc``'s own reason)."""
+    if exc is None or isinstance(exc, PermissionError):
+        text = (
+            f"{what} is not readable to you; run 'sattr status' as root (or as a member of a"
+            " group that may read it)"
+        )
+    else:
+        text = f"cannot read {what}: {exc.strerror or exc}"
+    return StatusUnreadable(text, Location(str(path)))
+
+
+def _spool_root(root: Path, problems: list[str]) -> bool:
+    """Whether the spool directory is there to read (a problem when it is not).
+
+    Raises:
+        StatusUnreadable: when it exists but the caller may not list or enter it.
+    """
+    try:
+        info = root.stat()
+    except FileNotFoundError:
+        problems.append(
+            f"spool {root} does not exist: create it as INSTALL.md step 3 says"
+            " (systemd-tmpfiles --create attribution.conf)"
+        )
+        return False
+    except OSError as exc:
+        raise _unreadable(root, "the spool", exc) from None
+    if not stat.S_ISDIR(info.st_mode):
+        problems.append(f"spool {root} is not a directory: create it as INSTALL.md step 3 says")
+        return False
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise _unreadable(root, "the spool")
+    return True
 
 
 def _lock_state(root: Path) -> WorkerState:
     """Whether a worker holds ``<spool>/.worker.lock``: the lock is tried (never waited for)
     on a descriptor opened read-only, without creating the file, and released at once.
+    A lock file the caller may not open leaves ``running`` None (the heartbeat tells).
 
     A worker starting in that very moment finds the lock taken and exits (systemd starts it
     again); reading the lock is that brief."""
@@ -343,6 +405,11 @@ def _lock_state(root: Path) -> WorkerState:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return WorkerState(running=False, lock=f"no lock file {path.name}")
+    except PermissionError:
+        return WorkerState(
+            running=None,
+            lock=f"cannot read the lock file {path}: not readable to you; the heartbeat tells",
+        )
     except OSError as exc:
         return WorkerState(running=None, lock=f"cannot open {path}: {exc.strerror or exc}")
     try:
@@ -359,25 +426,33 @@ def _lock_state(root: Path) -> WorkerState:
 # --------------------------------------------------------------------- the spool
 
 
-def _queue(config: Config, now: datetime, problems: list[str]) -> QueueState | None:
-    """The spool's state; None (with a problem) when it or a subdirectory is missing.
+@dataclass(frozen=True, slots=True)
+class _Retry:
+    """One ``retry/<key>.json`` as status reads it: the ``state`` (values of the right types
+    only) or, when the caller may not read the file, why (``unreadable``)."""
+
+    state: dict[str, Any]
+    unreadable: str | None = None
+
+
+def _queue(spool: Spool, config: Config, now: datetime, problems: list[str]) -> QueueState | None:
+    """The spool's state; None (with a problem) when a subdirectory is missing.
 
     Raises:
         StatusUnreadable: when a spool directory may not be read.
     """
-    spool = Spool(config.spool)
     root = spool.root
-    try:
-        root.stat()
-    except FileNotFoundError:
-        problems.append(
-            f"spool {root} does not exist: create it as INSTALL.md step 3 says"
-            " (systemd-tmpfiles --create attribution.conf)"
-        )
-        return None
-    except OSError:
-        raise _unreadable(root, "the spool") from None
-    missing = [d for d in SUBDIRS if not spool.dir(d).is_dir()]
+    missing = []
+    for name in SUBDIRS:
+        try:
+            info = spool.dir(name).stat()
+        except FileNotFoundError:
+            missing.append(name)
+            continue
+        except OSError as exc:
+            raise _unreadable(spool.dir(name), "the spool", exc) from None
+        if not stat.S_ISDIR(info.st_mode):
+            missing.append(name)
     if missing:
         problems.append(
             f"spool {root} lacks {', '.join(m + '/' for m in missing)}: create it as"
@@ -389,57 +464,76 @@ def _queue(config: Config, now: datetime, problems: list[str]) -> QueueState | N
             raise _unreadable(spool.dir(name), "the spool")
     clock = now.timestamp()
     try:
-        pending = spool.pending(settle=config.settle_delay)
+        new = _entries(spool.dir("new"))
         work = _entries(spool.dir("work"))
         failed = _entries(spool.dir("failed"))
-        counts = spool.counts()
+        done = sum(1 for n in os.listdir(spool.dir("done")) if not _skipped(n))
         states = set(os.listdir(spool.dir("retry")))
-    except PermissionError:
-        raise _unreadable(root, "the spool") from None
-    ready = [p for p in pending if p.ready_at <= clock]
-    retried: dict[str, dict[str, Any]] = {}
-    for key in [p.key for p in pending] + [name for name, _ in work]:
-        state = _retry_state(spool, key) if f"{key}.json" in states else {}
-        if state:
-            retried[key] = state
-    waiting = sum(
-        1
-        for p in pending
-        if p.ready_at > clock and retried.get(p.key, {}).get("next_at", 0) > clock
-    )
-    oldest = min(ready, key=lambda p: (p.ready_at, p.key), default=None)
+    except OSError as exc:
+        raise _unreadable(exc.filename or root, "the spool", exc) from None
+    retried = {
+        key: _retry_state(spool.dir("retry") / f"{key}.json")
+        for key, _ in (*new, *work)
+        if f"{key}.json" in states
+    }
+    ready: list[tuple[float, str]] = []
+    settling = waiting = unknown = 0
+    for key, mtime in new:
+        retry = retried.get(key)
+        if retry is not None and retry.unreadable:
+            unknown += 1  # when it is due cannot be told
+            continue
+        next_at = retry.state.get("next_at", 0.0) if retry else 0.0
+        ready_at = max(mtime + config.settle_delay, next_at)
+        if ready_at <= clock:
+            ready.append((ready_at, key))
+        elif next_at > clock:
+            waiting += 1
+        else:
+            settling += 1
+    oldest = min(ready, default=None)
     retry_reasons, retry_more = _group(
-        (key, s["errors"][-1][1] if s.get("errors") else "no error recorded", s.get("attempts"))
-        for key, s in retried.items()
+        (key, _retry_reason(r), r.state.get("attempts")) for key, r in retried.items()
     )
-    failed_reasons, failed_more = _group(
-        (name, _failed_reason(spool, name), None) for name, _ in failed[:MAX_ERROR_FILES]
-    )
+    reasons = [(name, *_failed_reason(spool, name)) for name, _ in failed[:MAX_ERROR_FILES]]
+    failed_reasons, failed_more = _group((name, why, None) for name, why, _ in reasons)
     return QueueState(
         path=str(root),
         ready=len(ready),
-        settling=len(pending) - len(ready) - waiting,
+        settling=settling,
         retry_wait=waiting,
-        oldest_ready_wait=round(clock - oldest.ready_at, 3) if oldest else None,
-        oldest_ready_key=oldest.key if oldest else None,
+        oldest_ready_wait=round(clock - oldest[0], 3) if oldest else None,
+        oldest_ready_key=oldest[1] if oldest else None,
         work=len(work),
         oldest_work_age=round(clock - min(t for _, t in work), 3) if work else None,
-        done=counts.get("done", 0),
+        done=done,
         failed=len(failed),
         retrying=len(retried),
         retry_reasons=retry_reasons,
         retry_reasons_more=retry_more,
         failed_reasons=failed_reasons,
         failed_reasons_more=failed_more,
+        retry_unknown=unknown,
+        unreadable=sum(1 for r in retried.values() if r.unreadable)
+        + sum(1 for _, _, unreadable in reasons if unreadable),
     )
+
+
+def _skipped(name: str) -> bool:
+    """Not an entry: a hidden file (the lock, a worker's temporary) or an ``.error`` file."""
+    return name.startswith(".") or name.endswith(".error")
 
 
 def _entries(directory: Path) -> list[tuple[str, float]]:
     """``(key, mtime)`` of the entries in a spool directory (no ``.error`` or hidden files),
-    oldest first."""
+    oldest first.
+
+    Raises:
+        OSError: when the directory or an entry may not be read.
+    """
     out: list[tuple[str, float]] = []
     for path in directory.iterdir():
-        if path.name.startswith(".") or path.name.endswith(".error"):
+        if _skipped(path.name):
             continue
         try:
             out.append((path.name, path.lstat().st_mtime))
@@ -449,18 +543,42 @@ def _entries(directory: Path) -> list[tuple[str, float]]:
     return out
 
 
-def _retry_state(spool: Spool, key: str) -> dict[str, Any]:
-    """``attempts``, ``next_at`` and ``errors`` of ``retry/<key>.json``, the values of the
-    right types only ({} when there is none or it is unusable: SlurmUser may write there)."""
-    text = read_spool_file(spool.dir("retry") / f"{key}.json")
+def _read_private(path: Path, limit: int) -> tuple[str | None, str | None]:
+    """A file SlurmUser may have written, as the worker reads it: never through a link,
+    only a regular file (a FIFO cannot block the open), at most ``limit`` bytes.
+
+    Returns:
+        ``(text, None)``; ``(None, None)`` when there is no usable file (gone meanwhile, a
+        link, not a regular file); ``(None, why)`` when the caller may not read it.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except PermissionError as exc:
+        return None, exc.strerror or "permission denied"
+    except OSError:
+        return None, None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None, None
+            return fh.read(limit).decode("utf-8", errors="replace"), None
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+
+
+def _retry_state(path: Path) -> _Retry:
+    """``attempts``, ``next_at`` and ``errors`` of a ``retry/<key>.json``, the values of the
+    right types only (none when there is no file or it is unusable: SlurmUser may write
+    there; the worker then treats the entry as never tried)."""
+    text, unreadable = _read_private(path, MAX_ENTRY_BYTES)
     if text is None:
-        return {}
+        return _Retry({}, unreadable)
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
-        return {}
+        return _Retry({})
     if not isinstance(data, dict):
-        return {}
+        return _Retry({})
     out: dict[str, Any] = {}
     attempts, next_at, errors = data.get("attempts"), data.get("next_at"), data.get("errors")
     if isinstance(attempts, int) and not isinstance(attempts, bool):
@@ -475,17 +593,27 @@ def _retry_state(spool: Spool, key: str) -> dict[str, Any]:
         out["errors"] = [
             (e[0], str(e[1])) for e in errors if isinstance(e, list | tuple) and len(e) == 2
         ]
-    return out
+    return _Retry(out)
+
+
+def _retry_reason(retry: _Retry) -> str:
+    if retry.unreadable:
+        return f"cannot read its retry state ({retry.unreadable}): run as root to see it"
+    errors = retry.state.get("errors")
+    return str(errors[-1][1]) if errors else "no error recorded"
 
 
 _STAMP = re.compile(r"^\s*\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+")
 
 
-def _failed_reason(spool: Spool, key: str) -> str:
-    """The last error a failed entry's ``.error`` file records (the one it failed on)."""
-    text = read_spool_file(spool.dir("failed") / f"{key}.error", limit=64 * 1024)
+def _failed_reason(spool: Spool, key: str) -> tuple[str, bool]:
+    """The last error a failed entry's ``.error`` file records (the one it failed on), and
+    whether the caller may not read that file."""
+    text, unreadable = _read_private(spool.dir("failed") / f"{key}.error", 64 * 1024)
+    if unreadable:
+        return f"cannot read its .error file ({unreadable}): run as root to see it", True
     if text is None:
-        return "no .error file beside it"
+        return "no .error file beside it", False
     lines = text.splitlines()
     if "errors:" in lines:
         listed = []
@@ -494,12 +622,12 @@ def _failed_reason(spool: Spool, key: str) -> str:
                 break
             listed.append(_STAMP.sub("", line).strip())
         if listed:
-            return listed[-1]
+            return listed[-1], False
     for line in lines:  # a quarantined entry: "failed: <time>: <problem>"
         if line.startswith("failed: "):
             parts = line.split(": ", 2)
-            return parts[2] if len(parts) == 3 else line
-    return "the .error file names no error"
+            return (parts[2] if len(parts) == 3 else line), False
+    return "the .error file names no error", False
 
 
 _NUMBER = re.compile(r"\d+")
@@ -543,8 +671,8 @@ def _open_store(path: Path, status: Status, problems: list[str]) -> Store | None
             f"no verdict store yet at {path} (the worker creates it when it first starts)"
         )
         return None
-    except OSError:
-        raise _unreadable(path, "the verdict store") from None
+    except OSError as exc:
+        raise _unreadable(path, "the verdict store", exc) from None
     if not os.access(path, os.R_OK):
         raise _unreadable(path, "the verdict store")
     try:
@@ -555,8 +683,9 @@ def _open_store(path: Path, status: Status, problems: list[str]) -> Store | None
         return None
 
 
-def _read_store(store: Store, config: Config, status: Status) -> None:
-    """Fill the sections the store holds (a read error becomes ``store_state``)."""
+def _read_store(store: Store, config: Config, status: Status, problems: list[str]) -> None:
+    """Fill the sections the store holds; a read error becomes ``store_state`` and a
+    problem (the sections not read stay None)."""
     now = status.now
     try:
         beat = store.heartbeat(status.spool)
@@ -576,6 +705,7 @@ def _read_store(store: Store, config: Config, status: Status) -> None:
         status.evidence = _evidence(store, now)
     except AttributionError as exc:
         status.store_state = f"error: {exc}"
+        problems.append(f"the verdict store cannot be read: {exc}")
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -623,21 +753,60 @@ def _comments(store: Store, config: Config, now: datetime) -> CommentState:
 
 
 def _reconciliation(store: Store, config: Config, now: datetime) -> ReconcileState:
-    last = [
-        Sweep(
-            cluster=r["cluster"],
-            ran_at=r["ran_at"],
-            age=_age(now, r["ran_at"]),
-            since=r["since"],
-            until=r["until"],
-            seen=r["seen"] or 0,
-            enqueued=r["enqueued"] or 0,
-            error=r["error"],
+    """The last sweep of each cluster, with its last successful one (looked for in the
+    sweeps of the last day, or of twice ``health.max_reconcile_age`` when that is longer),
+    and the totals of the last day."""
+    back = max(DAY, 2 * config.health.max_reconcile_age)
+    recent = store.reconciliations(_since(now, back), limit=SWEEP_ROWS)  # newest first
+    last = []
+    for r in store.last_reconciliations():
+        ok_at = r["ran_at"] if r["error"] is None else None
+        failing_since = None
+        if ok_at is None:
+            for earlier in recent:
+                if earlier["cluster"] != r["cluster"]:
+                    continue
+                if earlier["error"] is None:
+                    ok_at = earlier["ran_at"]
+                    break
+                failing_since = earlier["ran_at"]
+        last.append(
+            Sweep(
+                cluster=r["cluster"],
+                ran_at=r["ran_at"],
+                age=_age(now, r["ran_at"]),
+                since=r["since"],
+                until=r["until"],
+                seen=r["seen"] or 0,
+                enqueued=r["enqueued"] or 0,
+                error=r["error"],
+                last_ok_at=ok_at,
+                last_ok_age=_age(now, ok_at),
+                failing_since=failing_since or (r["ran_at"] if r["error"] is not None else None),
+            )
         )
-        for r in store.last_reconciliations()
-    ]
+    reached = _age(now, recent[-1]["ran_at"]) if len(recent) == SWEEP_ROWS else None
+    if reached is not None:  # the rows read stop short of it
+        back = min(back, reached)
     totals = [SweepTotals(**r) for r in store.reconciliation_totals(_since(now, DAY))]
-    return ReconcileState(enabled=config.reconcile.enabled, window=DAY, last=last, totals=totals)
+    return ReconcileState(
+        enabled=config.reconcile.enabled, window=DAY, last=last, totals=totals, looked_back=back
+    )
+
+
+def _oldest_end(store: Store) -> str | None:
+    """The earliest job end in the store (UTC ISO text), None without any.
+
+    Raises:
+        StoreError: when the database cannot be read.
+    """
+    try:
+        row = next(store.rows('"end" IS NOT NULL', order='"end"', limit=1), None)
+    except Exception as exc:  # Store.rows passes SQLite's own errors on, unwrapped
+        raise StoreError(
+            f"the verdict store cannot be read: {exc}", Location(str(store.path))
+        ) from None
+    return row["end"] if row else None
 
 
 def _evidence(store: Store, now: datetime) -> EvidenceState:
@@ -645,6 +814,9 @@ def _evidence(store: Store, now: datetime) -> EvidenceState:
     rows = store.coverage_by_stream(since, {"node": NODE_LOG_STREAMS})
     streams = [StreamHealth(**r) for r in rows if r["stream"] != "node"]
     node_logs = next((StreamHealth(**r) for r in rows if r["stream"] == "node"), None)
+    streams.sort(key=lambda s: s.stream)
+    oldest = _age(now, _oldest_end(store))
+    covered = None if oldest is None else round(min(max(oldest, 0.0), LINES_LOOKBACK), 3)
     last = {
         (r["stream"], r["node"]): r["last_lines_at"]
         for r in store.coverage_by_node(since, NODE_LOG_STREAMS)
@@ -656,6 +828,10 @@ def _evidence(store: Store, now: datetime) -> EvidenceState:
     quiet: dict[tuple[str, bool], list[tuple[str, float | None]]] = {}
     for (stream, node), at in sorted(last.items()):
         age = _age(now, at or earlier.get((stream, node)))
+        # a node with no lines at all is silent for as long as the store reaches back: named
+        # only once that is SILENT_AFTER (a store two minutes old tells nothing yet)
+        if age is None and (covered or 0.0) < SILENT_AFTER:
+            continue
         if age is None or age >= SILENT_AFTER:
             quiet.setdefault((stream, age is None), []).append((node, age))
     silent = []
@@ -671,8 +847,9 @@ def _evidence(store: Store, now: datetime) -> EvidenceState:
                 hours_max=round(max(ages), 1) if ages else None,
             )
         )
-    streams.sort(key=lambda s: s.stream)
-    return EvidenceState(window=DAY, streams=streams, node_logs=node_logs, silent=silent)
+    return EvidenceState(
+        window=DAY, streams=streams, node_logs=node_logs, silent=silent, covered=covered
+    )
 
 
 # --------------------------------------------------------------------- judging
@@ -729,11 +906,23 @@ def _judge(config: Config, status: Status) -> list[str]:
 
 
 def _judge_reconciliation(config: Config, status: Status) -> list[str]:
-    state = status.reconciliation
-    if state is None or not state.enabled:
+    """The reconciliation problems: a cluster without a successful sweep for longer than
+    ``health.max_reconcile_age`` (one failed sweep alone is no problem: it is shown, and the
+    next one may succeed), none ever recorded by a worker that has run that long, and a
+    ``max_reconcile_age`` that every sweep interval would exceed."""
+    if not config.reconcile.enabled:
         return []
-    limit = config.health.max_reconcile_age
+    limit, interval = config.health.max_reconcile_age, config.reconcile.interval
     out: list[str] = []
+    if limit <= interval:
+        out.append(
+            f"health.max_reconcile_age ({duration(limit)}) is not longer than"
+            f" reconcile.interval ({duration(interval)}): the last sweep would be too old"
+            " before every next one; set max_reconcile_age to at least twice the interval"
+        )
+    state = status.reconciliation
+    if state is None:
+        return out
     last = {s.cluster: s for s in state.last}
     wanted = list(config.reconcile.clusters) or list(last)
     started = _age(status.now, status.worker.started_at)
@@ -750,13 +939,26 @@ def _judge_reconciliation(config: Config, status: Status) -> list[str]:
         if sweep is None:
             if not young:
                 out.append(f"reconciliation: no sweep of cluster {cluster} was ever recorded")
-        elif sweep.error:
-            out.append(f"reconciliation of cluster {cluster} failed: {sweep.error}")
-        elif sweep.age is not None and sweep.age > limit:
-            out.append(
-                f"reconciliation: the last sweep of cluster {cluster} was {duration(sweep.age)}"
-                f" ago (health.max_reconcile_age {duration(limit)})"
-            )
+        elif sweep.error is None:
+            if sweep.age is not None and sweep.age > limit:
+                out.append(
+                    f"reconciliation: the last sweep of cluster {cluster} was"
+                    f" {duration(sweep.age)} ago (health.max_reconcile_age {duration(limit)})"
+                )
+        else:
+            # without a success among the sweeps read, the cluster has gone without one
+            # at least since the oldest failure read
+            quiet = sweep.last_ok_age
+            at_least = quiet is None
+            if quiet is None:
+                quiet = _age(status.now, sweep.failing_since)
+            if quiet is not None and quiet > limit:
+                out.append(
+                    f"reconciliation of cluster {cluster}: no successful sweep for"
+                    f" {'at least ' if at_least else ''}{duration(quiet)}"
+                    f" (health.max_reconcile_age {duration(limit)}); latest error:"
+                    f" {sweep.error}"
+                )
     return out
 
 
@@ -806,6 +1008,7 @@ def render_text(status: Status) -> str:
 
     verdict = "healthy" if status.healthy else f"{len(status.problems)} problem(s)"
     lines.append(f"sattr status: {verdict} (at {status.now.strftime('%Y-%m-%dT%H:%M:%SZ')})")
+    put("Config", status.config or f"no config file ({DEFAULT_CONFIG}): defaults")
     put("Worker", *_worker_lines(status))
     put("Spool", *_queue_lines(status.queue, status.spool))
     put("Store", status.store + ("" if status.store_state == "ok" else f": {status.store_state}"))
@@ -839,10 +1042,66 @@ def _worker_lines(status: Status) -> list[str]:
             f"last heartbeat {duration(w.beat_age)} ago: pid {w.pid} on {w.host},"
             f" started {_stamp(w.started_at)} ({duration(_age(status.now, w.started_at))} ago)"
         )
-        out += [f"{k}: {_value(v)}" for k, v in sorted(w.info.items())]
+        out += _counter_lines(w.info)
     elif status.store_state == "ok":
         out.append("no heartbeat recorded")
     return out
+
+
+# the worker's results per spool entry, in the order shown, with what each is called
+_RESULTS = (
+    ("saved", "saved"),
+    ("dropped", "dropped (completed 0:0)"),
+    ("retry", "retried"),
+    ("failed", "failed for good"),
+    ("stuck", "stuck in work/"),
+)
+
+
+def _counter_lines(info: dict[str, Any]) -> list[str]:
+    """The worker's counters since it started (``attribution.worker``'s heartbeat), in
+    words; a counter this version does not know (or of an unexpected type) is shown as
+    ``name: value``, one a line."""
+    out: list[str] = []
+    shown: set[str] = set()
+
+    def count(name: str) -> int | None:
+        value = info.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            shown.add(name)
+            return value
+        return None
+
+    processes, lost = count("processes"), count("children_lost")
+    parts = []
+    if processes is not None:
+        parts.append(f"{processes} diagnosing at once")
+    if lost is not None:
+        parts.append(f"{lost} lost (killed or crashed) since start")
+    if parts:
+        out.append("processes: " + "; ".join(parts))
+    results = info.get("results")
+    if isinstance(results, dict):
+        shown.add("results")
+        labels = dict(_RESULTS)
+        done = [f"{n} {labels[k]}" for k, n in _ordered(results) if k in labels and n]
+        done += [f"{_value(v)} {k}" for k, v in sorted(results.items()) if k not in labels]
+        out.append(f"since start: {', '.join(done) or 'no spool entry done yet'}")
+    later, found = count("comments_rewritten"), count("reconciled")
+    extra = []
+    if later is not None:
+        extra.append(f"{later} AdminComment(s) written on a later try")
+    if found is not None:
+        extra.append(f"{found} job(s) found by reconciliation")
+    if extra:
+        out.append(", ".join(extra))
+    out += [f"{k}: {_value(v)}" for k, v in sorted(info.items()) if k not in shown]
+    return out
+
+
+def _ordered(results: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The known results in the order shown (``_RESULTS``), the counts as reported."""
+    return [(name, results[name]) for name, _ in _RESULTS if name in results]
 
 
 def _queue_lines(queue: QueueState | None, path: str) -> list[str]:
@@ -853,10 +1112,13 @@ def _queue_lines(queue: QueueState | None, path: str) -> list[str]:
         if queue.oldest_ready_wait is not None
         else ""
     )
+    unknown = (
+        f", {queue.retry_unknown} whose retry time cannot be read" if queue.retry_unknown else ""
+    )
     out = [
         path,
         f"new/: {queue.ready} ready{wait}, {queue.settling} settling,"
-        f" {queue.retry_wait} waiting for a retry",
+        f" {queue.retry_wait} waiting for a retry{unknown}",
         f"work/: {queue.work}"
         + (f" (oldest {duration(queue.oldest_work_age)})" if queue.work else "")
         + f"; done/: {queue.done}; failed/: {queue.failed}",
@@ -867,6 +1129,11 @@ def _queue_lines(queue: QueueState | None, path: str) -> list[str]:
     if queue.failed:
         out.append(f"failed for good (failed/): {queue.failed}")
         out += _reason_lines(queue.failed_reasons, queue.failed_reasons_more)
+    if queue.unreadable:
+        out.append(
+            f"cannot read {queue.unreadable} file(s) here (retry states, .error files): not"
+            " readable to you; run 'sattr status' as root to see them"
+        )
     return out
 
 
@@ -891,8 +1158,16 @@ def _throughput_lines(t: Throughput) -> list[str]:
 
 
 def _comment_lines(c: CommentState) -> list[str]:
-    head = "enabled" if c.enabled else "disabled (failed writes are not tried again)"
-    out = [f"{head}; {c.failing} write(s) failing, {c.pending} pending"]
+    counts = [
+        f"{n} {what}" for n, what in ((c.failing, "write(s) failing"), (c.pending, "pending")) if n
+    ]
+    if not c.enabled:
+        head = "disabled" + (
+            f"; {', '.join(counts)} (not written while disabled)" if counts else ""
+        )
+    else:
+        head = "enabled; " + (", ".join(counts) or "no write failing or pending")
+    out = [head]
     if c.failing:
         out.append(
             f"failing since {_stamp(c.failing_since)} ({duration(c.failing_age)}); latest error:"
@@ -906,7 +1181,14 @@ def _comment_lines(c: CommentState) -> list[str]:
 def _reconcile_lines(r: ReconcileState) -> list[str]:
     out = ["enabled" if r.enabled else "disabled (reconcile.enabled is false)"]
     for s in r.last:
-        what = f"failed: {s.error}" if s.error else f"{s.seen} seen, {s.enqueued} enqueued"
+        what = f"{s.seen} seen, {s.enqueued} enqueued"
+        if s.error:
+            ok = (
+                f"last successful sweep {duration(s.last_ok_age)} ago"
+                if s.last_ok_age is not None
+                else f"no successful sweep in the last {duration(r.looked_back)}"
+            )
+            what = f"failed: {s.error} ({ok})"
         out.append(
             f"{s.cluster}: last sweep {duration(s.age)} ago, window {_stamp(s.since)} to"
             f" {_stamp(s.until)}: {what}"
@@ -925,7 +1207,10 @@ def _reconcile_lines(r: ReconcileState) -> list[str]:
 def _evidence_lines(e: EvidenceState) -> list[str]:
     if not e.streams:
         return ["no job with coverage ended in the last 24 h"]
-    out = ["jobs that ended in the last 24 h, per source (share of jobs where it was ...):"]
+    out = [
+        "jobs that ended in the last 24 h, per source: the share of them where it was"
+        " missing, unreadable, in error or empty"
+    ]
     for s in e.streams:
         bad = [
             f"{name} {_share(n, s.jobs)}"
@@ -944,9 +1229,15 @@ def _evidence_lines(e: EvidenceState) -> list[str]:
             f"node logs missing for {_share(n.lost, n.jobs)} of last day's jobs"
             f" ({n.lost} of {n.jobs})"
         )
+    if e.covered is not None and e.covered < SILENT_AFTER:
+        out.append(
+            f"nodes without kernel or syslog lines are named once the store covers"
+            f" {duration(SILENT_AFTER)} (its oldest job ended {duration(e.covered)} ago)"
+        )
     for q in e.silent:
         if q.never:
-            when = f"in the last {duration(LINES_LOOKBACK)}"
+            span = LINES_LOOKBACK if e.covered is None else e.covered
+            when = f"in the last {duration(span)}"
         elif q.hours_min is not None and q.hours_max is not None and q.hours_max - q.hours_min >= 1:
             when = f"for {q.hours_min:.0f}-{q.hours_max:.0f} h"
         else:
