@@ -250,7 +250,9 @@ class Health(_Strict):
 
     ``max_queue_age``: the oldest ready spool entry has waited longer than this.
     ``max_heartbeat_age``: the worker has not reported for longer than this.
-    ``max_reconcile_age``: the last reconciliation sweep is older than this (or failed).
+    ``max_reconcile_age``: no reconciliation sweep has succeeded for longer than this (a
+    failed sweep alone is shown, not alarmed on, until then); keep it above
+    ``reconcile.interval``.
     ``max_failed``: more entries than this sit in ``failed/``.
     """
 

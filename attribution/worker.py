@@ -368,6 +368,9 @@ class Worker:
                     status,
                     wait,
                 )
+                # Slurm is still not taking them: the rest wait for the next round, so a
+                # hanging slurmdbd cannot hold the worker's loop for one timeout per job
+                break
             else:
                 self._comment_backoff.pop(key, None)
                 written += 1

@@ -162,7 +162,9 @@ def main() -> None:
     make_spool(base / "spool-pool", entries, keys)
     baseline = run_worker(base, "baseline", {"processes": 1, "batch": 1}, logs)
     pooled = run_worker(base, "pool", {"processes": args.processes, "batch": args.batch}, logs)
-    print(f"\n{'':<28}{'verdicts':>9}{'wall s':>9}{'jobs/s':>9}{'p50 s':>9}{'p95 s':>9}{'max s':>9}")
+    print(
+        f"\n{'':<28}{'verdicts':>9}{'wall s':>9}{'jobs/s':>9}{'p50 s':>9}{'p95 s':>9}{'max s':>9}"
+    )
     for name, r in (("one at a time (baseline)", baseline), ("pool", pooled)):
         print(
             f"{name:<28}{r['verdicts']:>9.0f}{r['wall']:>9.1f}{r['rate']:>9.2f}"

@@ -401,3 +401,28 @@ def test_a_heartbeat_is_recorded_for_sattr_status(tmp_path: Path, ruleset: RuleS
     assert beat is not None and beat["pid"] > 0
     assert beat["info"]["results"] == {"saved": 1}
     assert beat["info"]["processes"] == 1
+
+
+def test_a_round_of_admin_comment_retries_stops_at_the_first_failure(
+    tmp_path: Path, ruleset: RuleSet
+) -> None:
+    """While Slurm still refuses, one failed write ends the round: the others wait for the
+    next one, so a hanging slurmdbd costs one timeout per round, not one per job."""
+    from attribution import worker as worker_module
+
+    now = [time.time() + 1]
+    jobs = {j: record(j, "FAILED", "1:0") for j in ("2", "3", "4")}
+    worker, spool, _ = make(tmp_path, ruleset, jobs)
+    flaky = FlakyComments(worker.backend.jobs)  # type: ignore[attr-defined]
+    worker.backend = flaky
+    worker.clock = lambda: now[0]
+    for j in ("2", "3", "4"):
+        enqueue(spool, j)
+    worker.run(once=True)
+    assert flaky.attempts == 3  # each job's first write, as it was diagnosed
+    now[0] += worker_module.COMMENT_RETRY_FIRST
+    assert worker.retry_comments() == 0
+    assert flaky.attempts == 4  # one more try, then the round ended
+    flaky.down = False
+    now[0] += worker_module.COMMENT_RETRY_MAX
+    assert worker.retry_comments() == 3
