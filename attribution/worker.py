@@ -735,8 +735,8 @@ class Worker:
                     done.extend(outcomes)
                     if once:
                         break
-                    if outcomes:
-                        continue
+                    if any(o.result != "stuck" for o in outcomes):
+                        continue  # (entries stuck on a spool that refuses writes: wait)
                     wait = self.config.poll_interval
                     if next_ready is not None:
                         wait = max(0.05, min(wait, next_ready - self.clock()))

@@ -426,3 +426,29 @@ def test_a_round_of_admin_comment_retries_stops_at_the_first_failure(
     flaky.down = False
     now[0] += worker_module.COMMENT_RETRY_MAX
     assert worker.retry_comments() == 3
+
+
+def test_a_spool_that_refuses_claims_is_not_hammered(
+    tmp_path: Path, ruleset: RuleSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries that cannot be claimed (a spool remounted read-only) are tried again each
+    poll_interval, not in a busy loop that floods the log."""
+    import errno
+    import threading
+
+    worker, spool, _ = make(tmp_path, ruleset, {}, poll_interval=0.2)
+    enqueue(spool, "2")
+    tries = []
+
+    def refuse(key: str):  # type: ignore[no-untyped-def]
+        tries.append(key)
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(spool, "claim", refuse)
+    worker.spool = spool
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    time.sleep(1.0)
+    worker.stop()
+    thread.join(timeout=10)
+    assert 2 <= len(tries) <= 8, len(tries)
