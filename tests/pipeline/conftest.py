@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,3 +28,27 @@ def spool_dir(tmp_path: Path) -> Path:
     root = tmp_path / "spool"
     Spool(root).create(mode=0o755)
     return root
+
+
+def bare_verdict(job: Any, **fields: Any) -> Any:
+    """A Verdict for ``job`` with nothing in it (a failure, unattributed, no chain, no
+    coverage) but the ``fields`` a test sets: for tests of what is done with verdicts."""
+    from attribution.model import SubDomain, TerminalState, Verdict
+
+    base: dict[str, Any] = {
+        "job": job,
+        "terminal_state": TerminalState.FAIL,
+        "sub_domain": SubDomain.UNATTRIBUTED,
+        "cause": None,
+        "responsible": (),
+        "summary": "s",
+        "action": None,
+        "symptom_chain": (),
+        "alternatives": (),
+        "coverage": (),
+        "ignored": (),
+        "window": (None, None),
+        "ruleset": {},
+        "engine_version": "0",
+    }
+    return Verdict(**{**base, **fields})

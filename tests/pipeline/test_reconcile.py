@@ -20,8 +20,6 @@ from attribution.errors import SlurmError, SpoolError
 from attribution.model import (
     JobRecord,
     OtherJob,
-    SubDomain,
-    TerminalState,
     Verdict,
 )
 from attribution.reconcile import (
@@ -40,7 +38,7 @@ from attribution.slurm.parse import SacctRecord
 from attribution.slurm.resolve import pick_record
 from attribution.spool import Spool
 from attribution.store import Store
-from tests.pipeline.conftest import HOOK
+from tests.pipeline.conftest import HOOK, bare_verdict
 
 NOW = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 # settle_delay 30 s + grace 120 s
@@ -131,22 +129,7 @@ def only(results: list[SweepResult]) -> SweepResult:
 
 
 def verdict_for(job: JobRecord) -> Verdict:
-    return Verdict(
-        job=job,
-        terminal_state=TerminalState.FAIL,
-        sub_domain=SubDomain.UNATTRIBUTED,
-        cause=None,
-        responsible=(),
-        summary="s",
-        action=None,
-        symptom_chain=(),
-        alternatives=(),
-        coverage=(),
-        ignored=(),
-        window=(None, None),
-        ruleset={},
-        engine_version="0",
-    )
+    return bare_verdict(job)  # type: ignore[no-any-return]
 
 
 def run_hook(env: Mapping[str, str], spool: Path) -> str:

@@ -32,13 +32,13 @@ from attribution.model import (
     JobRecord,
     Stream,
     SubDomain,
-    TerminalState,
     Verdict,
 )
 from attribution.spool import LOCK_NAME, RetryPolicy, Spool
 from attribution.status import collect, duration, percentile, render_text
 from attribution.store import Store
 from attribution.timeutil import parse_iso
+from tests.pipeline.conftest import bare_verdict
 
 NOW = datetime.now(UTC)
 
@@ -98,24 +98,11 @@ def verdict(
     nodes: tuple[str, ...] = ("gpu001",),
     coverage: tuple[Coverage, ...] = (),
 ) -> Verdict:
-    return Verdict(
-        job=JobRecord(
-            job_id=job_id, cluster="alpha", nodes=nodes, start=end - timedelta(hours=1), end=end
-        ),
-        terminal_state=TerminalState.FAIL,
-        sub_domain=SubDomain.APPLICATION,
-        cause=None,
-        responsible=(),
-        summary="s",
-        action=None,
-        symptom_chain=(),
-        alternatives=(),
-        coverage=coverage,
-        ignored=(),
-        window=(None, None),
-        ruleset={},
-        engine_version="0",
-        diagnosed_at=diagnosed,
+    job = JobRecord(
+        job_id=job_id, cluster="alpha", nodes=nodes, start=end - timedelta(hours=1), end=end
+    )
+    return bare_verdict(  # type: ignore[no-any-return]
+        job, sub_domain=SubDomain.APPLICATION, coverage=coverage, diagnosed_at=diagnosed
     )
 
 
