@@ -8,7 +8,8 @@ other with one worker as a site runs it (``sattr worker``, the pool, reconciliat
    one verdict;
 3. 20 ``kill -9`` of the worker during a drain of 150 jobs: exactly one verdict per job,
    nothing left in the spool;
-4. slurmdbd stopped: a job still gets its verdict (from slurmctld's record), its AdminComment
+4. slurmctld stopped: jobs that ended before still get their verdicts (from accounting);
+5. slurmdbd stopped: a job still gets its verdict (from slurmctld's record), its AdminComment
    write fails, and it is written once slurmdbd is back;
 
 and ``sattr status --json`` reports each. Together about five minutes.
@@ -294,6 +295,37 @@ def test_twenty_kill_9_during_a_drain_give_exactly_one_verdict_per_job(site: Sit
     assert recovered >= 10
     _, status = site.status()
     assert status["queue"]["failed"] == 0
+
+
+def test_verdicts_keep_coming_while_slurmctld_is_down(site: Site) -> None:
+    """slurmctld stopped after the jobs ended: accounting (slurmdbd) still has them, so the
+    worker resolves and diagnoses them; scontrol is tried once, then left alone for a minute
+    (before, every job waited for its own scontrol timeouts)."""
+    site.stop()
+    keys = site.submit(20, array=10, tag="noctld")
+    site.wait_ended("noctld")
+    spool = site.cluster.spool
+    end = time.monotonic() + 60
+    while time.monotonic() < end and not all((spool / "new" / k).exists() for k in keys):
+        time.sleep(0.5)
+    pid = int(Path("/run/slurmctld.pid").read_text().strip())
+    os.kill(pid, signal.SIGTERM)
+    try:
+        for _ in range(120):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.5)
+        t0 = time.monotonic()
+        site.start()
+        rows = site.wait_verdicts(keys, timeout=120)
+        took = time.monotonic() - t0
+        assert len(rows) == 20, f"{20 - len(rows)} verdict(s) missing while slurmctld was down"
+        print(f"slurmctld down: 20 verdicts {took:.1f} s after the worker started")
+    finally:
+        repo = Path(__file__).resolve().parents[2]
+        subprocess.run(["bash", str(repo / ".ci" / "slurm-up.sh")], check=True, timeout=300)
 
 
 def test_an_admin_comment_that_failed_while_slurmdbd_was_down_is_written_later(
