@@ -253,6 +253,14 @@ def sweep(
         return SweepResult(name, since, until, error=f"cannot read the watermark: {exc}")
     # the first sweep looks ``first_lookback`` back from where every later one will stop
     since = _utc(mark) if mark is not None else until - lookback
+    if since > now:
+        # a watermark in the future (a sweep ran while the clock was wrong) would switch the
+        # sweep off for good: start again as a first sweep would
+        since = until - lookback
+    # records can reach accounting late (slurmctld sends what it queued while slurmdbd was
+    # away): each sweep also asks again about the ``grace`` before its window; what was found
+    # before is known by its verdict or spool entry and not spooled twice
+    overlap = timedelta(seconds=config.reconcile.grace) if mark is not None else timedelta(0)
 
     def done(result: SweepResult) -> SweepResult:
         return _record(store, now, result)
@@ -263,11 +271,11 @@ def sweep(
         return SweepResult(name, since, until, swept=False)
 
     try:
-        listed = backend.ended_jobs(cluster, since, until)
+        listed = backend.ended_jobs(cluster, since - overlap, until)
     except SlurmError as exc:
         return done(SweepResult(name, since, until, error=str(exc)))
     ended = sorted(
-        (job for job in listed if since <= _utc(job.end) < until),
+        (job for job in listed if since - overlap <= _utc(job.end) < until),
         key=lambda j: (_utc(j.end), j.job_id),
     )
     keyed: dict[str, EndedJob] = {}

@@ -154,9 +154,10 @@ class Spool:
             path = self.dir(name)
             if path.is_dir() or path.is_symlink():
                 continue
+            mode = stat.S_IMODE(info.st_mode) & ~stat.S_ISVTX  # (the sticky bit: spool only)
             try:
-                path.mkdir(mode=stat.S_IMODE(info.st_mode))
-                os.chmod(path, stat.S_IMODE(info.st_mode))  # mkdir's mode passes the umask
+                path.mkdir(mode=mode)
+                os.chmod(path, mode)  # mkdir's mode passes the umask
                 if os.geteuid() == 0:
                     os.chown(path, info.st_uid, info.st_gid)
             except FileExistsError:
@@ -169,13 +170,32 @@ class Spool:
         return created
 
     def check(self) -> None:
-        """Raise ``SpoolError`` unless every subdirectory exists and is writable."""
-        for name in SUBDIRS:
+        """Raise ``SpoolError`` unless every subdirectory exists, is a real directory (not a
+        link) and is writable."""
+        for name in (*SUBDIRS, *OPTIONAL_SUBDIRS):
             path = self.dir(name)
-            if not path.is_dir():
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                if name in OPTIONAL_SUBDIRS:
+                    continue
                 raise SpoolError(
                     "spool directory missing; create the spool as INSTALL.md step 3 says"
                     " (systemd-tmpfiles --create attribution.conf) and start the worker again",
+                    Location(str(path)),
+                ) from None
+            except OSError as exc:
+                raise SpoolError(
+                    f"cannot read: {exc.strerror or exc}", Location(str(path))
+                ) from None
+            if not stat.S_ISDIR(info.st_mode):
+                # SlurmUser may write the spool: a link put in place of a subdirectory would
+                # have the root worker move, write and delete files wherever it points
+                kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a directory"
+                raise SpoolError(
+                    f"spool subdirectory is {kind}: refusing to use it; remove it and run"
+                    " systemd-tmpfiles --create attribution.conf (make the spool 1770, INSTALL.md"
+                    " step 3, so SlurmUser cannot replace its subdirectories)",
                     Location(str(path)),
                 )
             if not os.access(path, os.W_OK | os.X_OK):

@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import re
 import signal
 import socket
 import threading
@@ -71,16 +70,12 @@ PRUNE_EVERY = 3600.0
 COMMENT_RETRY_FIRST = 30.0
 COMMENT_RETRY_MAX = 1800.0
 HEARTBEAT_EVERY = 10.0
+STOP_POLL = 0.2  # how soon a SIGTERM is noticed while idle
 DEFAULT_MAX_PROCESSES = 8  # pool.processes 0: one per core, at most this many
 # a child process is replaced after this many diagnoses (memory stays bounded per process)
 TASKS_PER_CHILD = 500
 # how far ahead of the batch the parent reads entries to order them fairly
 LOOKAHEAD_BATCHES = 20
-_GROUP_VARS = re.compile(
-    r"^(?:export |declare -x )?(SLURM_ARRAY_JOB_ID|SLURM_JOB_USER|SLURM_JOB_ID)="
-    r"[\'\"]?([A-Za-z0-9._-]{1,64})",
-    re.MULTILINE,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,14 +145,16 @@ def pool_size(config: Config) -> int:
 
 
 def entry_group(text: str | None, key: str) -> str:
-    """The fairness group of a spool entry: its array job, else its user, else itself. Read
-    with one regex over the entry text (a hint for ordering only; the entry is parsed
-    properly when claimed)."""
-    found: dict[str, str] = {m.group(1): m.group(2) for m in _GROUP_VARS.finditer(text or "")}
-    if "SLURM_ARRAY_JOB_ID" in found:
-        return "array:" + found["SLURM_ARRAY_JOB_ID"]
-    if "SLURM_JOB_USER" in found:
-        return "user:" + found["SLURM_JOB_USER"]
+    """The fairness group of a spool entry: its array job, else its user, else itself (read
+    with the entry parser, so a job name with a newline cannot forge a variable)."""
+    try:
+        env = parse_entry(text or "", source=key).env
+    except Exception:  # a malformed entry is found out properly when claimed
+        return "key:" + key
+    for var, kind in (("SLURM_ARRAY_JOB_ID", "array"), ("SLURM_JOB_USER", "user")):
+        value = env.get(var)
+        if value and len(value) <= 64:
+            return f"{kind}:{value}"
     return "key:" + key
 
 
@@ -250,6 +247,7 @@ class Worker:
             max_events=config.reading.max_events,
         )
         self._stop = threading.Event()
+        self._signalled = False
         # key -> (when the next AdminComment write may be tried, the wait that led to it)
         self._comment_backoff: dict[str, tuple[float, float]] = {}
         self._pool: ProcessPoolExecutor | None = None
@@ -465,8 +463,10 @@ class Worker:
             verdict = self.diagnose(job)
             if verdict.terminal_state.value == "pass":
                 status, line = "not-written-pass", None
-            else:  # the AdminComment sacct gave when the job was resolved, moments ago
-                status, line = self.write_comment(verdict, current=job.admin_comment)
+            else:
+                # the AdminComment sacct gave when the job was resolved, moments ago; asked
+                # again when a free text of the job could have spilled into it
+                status, line = self.write_comment(verdict, current=_known_comment(job))
         except (NotReady, AttributionError) as exc:
             return TaskResult(None, error=str(exc), seconds=time.monotonic() - began)
         except Exception as exc:  # a bug: keep the entry, say where
@@ -530,7 +530,7 @@ class Worker:
         listed_empty = False
         try:
             while True:
-                stopping = self._stop.is_set()
+                stopping = self._stopping()
                 if not stopping and not listed_empty and len(small) + len(large) < slots:
                     batch, next_ready, stuck = self._claim_batch()
                     self._note(stuck, outcomes)
@@ -542,7 +542,7 @@ class Worker:
                     else:
                         listed_empty = True
                 running_large = sum(1 for t in inflight.values() if t.large)
-                while not self._stop.is_set() and len(inflight) < slots:
+                while not self._stopping() and len(inflight) < slots:
                     if small:
                         task = small.popleft()
                     elif large and running_large < max_large:
@@ -581,7 +581,7 @@ class Worker:
         batch: list[Claimed] = []
         stuck: list[Outcome] = []
         for item in fair_order(ready, self._group_of):
-            if len(batch) >= self.config.pool.batch or self._stop.is_set():
+            if len(batch) >= self.config.pool.batch or self._stopping():
                 break
             try:
                 claimed = self.spool.claim(item.key)
@@ -620,7 +620,12 @@ class Worker:
                 max_tasks_per_child=TASKS_PER_CHILD,
             )
         task.pool = self._pool
-        return self._pool.submit(_child_task, task.job)
+        try:
+            return self._pool.submit(_child_task, task.job)
+        except BrokenProcessPool:  # a child (or the fork server) died since the last look
+            self.counters.children_lost += 1
+            self.close_pool(wait=False)
+            return self._submit(task)
 
     def _result(self, fut: Future[TaskResult], task: _Task) -> TaskResult:
         try:
@@ -677,8 +682,16 @@ class Worker:
             log.warning("%s", exc)
 
     def stop(self, *_: Any) -> None:
-        """Ask ``run`` to return after the entry it is working on."""
+        """Ask ``run`` to return after the jobs in hand (from any thread)."""
         self._stop.set()
+
+    def _on_signal(self, *_: Any) -> None:
+        # only a plain flag: a second signal arriving while Event.set() holds its lock would
+        # deadlock the handler (the loop polls the flag at least every STOP_POLL seconds)
+        self._signalled = True
+
+    def _stopping(self) -> bool:
+        return self._signalled or self._stop.is_set()
 
     def run(self, *, once: bool = False) -> list[Outcome]:
         """Hold the spool lock, recover ``work/``, then process entries.
@@ -713,7 +726,10 @@ class Worker:
             last_prune = 0.0
             last_comments = float("-inf")  # at start: writes a previous run left failed
             try:
-                while not self._stop.is_set():
+                while not self._stopping():
+                    # every round: a subdirectory replaced by a link ends the worker here,
+                    # before it moves or deletes anything through it
+                    self.spool.check()
                     if self.clock() - last_prune >= PRUNE_EVERY:
                         try:
                             removed = self.spool.prune(self.config.retention)
@@ -740,7 +756,9 @@ class Worker:
                     wait = self.config.poll_interval
                     if next_ready is not None:
                         wait = max(0.05, min(wait, next_ready - self.clock()))
-                    self._stop.wait(wait)
+                    until = time.monotonic() + wait
+                    while not self._stopping() and (left := until - time.monotonic()) > 0:
+                        self._stop.wait(min(left, STOP_POLL))
             finally:
                 self.beat(force=True)
                 self.close_pool()
@@ -786,8 +804,8 @@ class Worker:
 
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT stop the loop after the current entry."""
-        signal.signal(signal.SIGTERM, self.stop)
-        signal.signal(signal.SIGINT, self.stop)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
 
     # ------------------------------------------------------------------ re-runs
 
@@ -824,6 +842,16 @@ class Worker:
             status, line = self.write_comment(verdict)
             self.store.set_admin_comment(job.key, status, line)
         return verdict, None
+
+
+def _known_comment(job: JobRecord) -> str | _Ask | None:
+    """The job's AdminComment as resolved, unless a text the job's owner chose (its name, its
+    work directory) holds a field separator or a newline: then the line sacct printed may have
+    been split in the wrong place, and Slurm is asked again."""
+    for text in (job.name, job.work_dir, job.admin_comment):
+        if text and any(c in text for c in "\x1f\n\r"):
+            return _ASK
+    return job.admin_comment
 
 
 def _internal(exc: BaseException) -> str:

@@ -602,6 +602,11 @@ class CliBackend:
             job = build_job_record(None, ctl, env, timezone=self.timezone, ref_cluster=ref.cluster)
             if job.state not in FINAL_STATES:
                 raise records
+            # slurmctld holds only the job's latest run: when that is not the spooled one (a
+            # requeued job), its record would describe another run: wait for accounting
+            spooled_run = (env or {}).get("SLURM_JOB_RESTART_COUNT") or "0"
+            if (ctl.get("Restarts") or "0").strip() != spooled_run.strip():
+                raise records
             return job
         record = pick_record(records, spooled_at)
         if record is not None and (raw := record.fields.get("JobIDRaw")):

@@ -318,7 +318,39 @@ def test_jobs_that_ended_outside_the_window_wait_or_are_past(
     second = only(reconcile(config, store, spool, accounting, later))
     assert (second.since, second.until) == (UNTIL, later - timedelta(seconds=150))
     assert second.enqueued == ("c_3_0", "c_1_0")
-    assert accounting.calls == [("c", FIRST_SINCE, UNTIL), ("c", UNTIL, second.until)]
+    # a later sweep also asks again about the grace before its window (late records)
+    grace = timedelta(seconds=config.reconcile.grace)
+    assert accounting.calls == [("c", FIRST_SINCE, UNTIL), ("c", UNTIL - grace, second.until)]
+
+
+def test_a_record_that_reaches_accounting_late_is_found_by_the_next_sweep(
+    env: tuple[Config, Store, Spool],
+) -> None:
+    """A job that ended in the last sweep's window but whose record reached slurmdbd only
+    after that sweep (slurmctld's queue sent late) is spooled by the next one, once."""
+    config, store, spool = env
+    accounting = Accounting([])
+    only(reconcile(config, store, spool, accounting, NOW))
+    accounting.jobs.append(ended("7", end=UNTIL - timedelta(seconds=30)))
+    later = NOW + timedelta(minutes=1)
+    assert only(reconcile(config, store, spool, accounting, later)).enqueued == ("c_7_0",)
+    assert (
+        only(reconcile(config, store, spool, accounting, later + timedelta(minutes=1))).enqueued
+        == ()
+    )
+
+
+def test_a_watermark_in_the_future_does_not_switch_the_sweep_off(
+    env: tuple[Config, Store, Spool],
+) -> None:
+    """One sweep while the clock was a year ahead: later sweeps start again from the lookback
+    instead of waiting a year."""
+    config, store, spool = env
+    only(reconcile(config, store, spool, Accounting([]), NOW + timedelta(days=365)))
+    accounting = Accounting([ended("8", end=NOW - timedelta(minutes=10))])
+    result = only(reconcile(config, store, spool, accounting, NOW))
+    assert result.enqueued == ("c_8_0",)
+    assert store.watermark("c") == UNTIL
 
 
 # ---------------------------------------------------------------------- watermark and errors

@@ -517,6 +517,11 @@ def test_jobs_slurmctld_still_holds_get_records_while_slurmdbd_is_down() -> None
     for result in out[1:]:
         assert isinstance(result, SlurmError) and "Problem talking" in str(result)
     assert fake.count("scontrol", "show", "job", "13") == 0
+    # the spooled run 0 of a job slurmctld now holds as its run 1 (requeued): not its record
+    run0 = {**env, "SLURM_JOB_ID": "14"}
+    ctl["14"] = ctl["10"].replace("JobId=10", "JobId=14").replace("Restarts=0", "Restarts=1")
+    (requeued,) = backend.get_jobs([(JobRef(job_id="14"), run0, now - 20.0)])
+    assert isinstance(requeued, SlurmError) and "Problem talking" in str(requeued)
 
 
 def test_other_jobs_of_a_batch_equal_each_jobs_own_answer() -> None:

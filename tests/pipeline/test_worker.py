@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Mapping
@@ -313,11 +314,18 @@ def test_entry_group_reads_the_array_job_or_the_user_from_any_shell() -> None:
     from attribution.worker import entry_group
 
     dash = (
-        "# attribution-spool 1 key=k\nexport SLURM_ARRAY_JOB_ID='77'\nexport SLURM_JOB_USER='ann'\n"
+        "# attribution-spool 1 key=k\nexport SLURM_ARRAY_JOB_ID='77'\nexport SLURM_JOB_ID='78'\n"
+        "export SLURM_JOB_USER='ann'\n"
+    )
+    # a job name with a newline cannot forge a variable (it stays inside its quotes)
+    forged = (
+        "# attribution-spool 1 key=k\nexport SLURM_JOB_ID='5'\n"
+        "export SLURM_JOB_NAME='x\nexport SLURM_ARRAY_JOB_ID=999'\nexport SLURM_JOB_USER='eve'\n"
     )
     bash = '# attribution-spool 1 key=k\ndeclare -x SLURM_JOB_ID="5"\ndeclare -x SLURM_JOB_USER="bob"\n'
     assert entry_group(dash, "k") == "array:77"
     assert entry_group(bash, "k") == "user:bob"
+    assert entry_group(forged, "k") == "user:eve"
     assert entry_group("garbage", "k") == "key:k"
     assert entry_group(None, "k") == "key:k"
 
@@ -452,3 +460,44 @@ def test_a_spool_that_refuses_claims_is_not_hammered(
     worker.stop()
     thread.join(timeout=10)
     assert 2 <= len(tries) <= 8, len(tries)
+
+
+def test_a_job_name_with_a_separator_cannot_keep_the_verdict_out_of_the_admin_comment(
+    tmp_path: Path, ruleset: RuleSet
+) -> None:
+    """A name with the field separator can shift sacct's line, so the AdminComment read with
+    the job ("not-yours") is not trusted: Slurm is asked again, and the line is written."""
+    from dataclasses import replace
+
+    forged = replace(record("2", "FAILED", "1:0"), name="train\x1fx", admin_comment="not-yours")
+    worker, spool, backend = make(tmp_path, ruleset, {"2": forged})
+    enqueue(spool, "2")
+    assert [o.result for o in worker.run(once=True)] == ["saved"]
+    assert backend.comments[("2", "AdminComment")].startswith("sattr1 ")
+
+
+def test_a_spool_subdirectory_replaced_by_a_link_is_refused(
+    tmp_path: Path, ruleset: RuleSet
+) -> None:
+    """SlurmUser may write the spool: a link put in place of done/ (or alloc/, tmp/) would
+    have the root worker prune or unlink files where it points. The worker refuses to start
+    and touches nothing there."""
+    import shutil
+
+    from attribution.errors import SpoolError
+
+    worker, spool, _ = make(tmp_path, ruleset, {"2": record("2", "FAILED", "1:0")})
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years of work")
+    old = time.time() - 30 * 86400
+    os.utime(victim / "thesis.tex", (old, old))
+    for name in ("done", "alloc"):
+        shutil.rmtree(spool.dir(name))
+        spool.dir(name).symlink_to(victim)
+        enqueue(spool, "2")
+        with pytest.raises(SpoolError, match="symbolic link"):
+            worker.run(once=True)
+        assert (victim / "thesis.tex").read_text() == "years of work"
+        spool.dir(name).unlink()
+        spool.dir(name).mkdir()
