@@ -601,7 +601,7 @@ class Worker:
             group = self._groups[cache_key] = entry_group(text, item.key)
         return group
 
-    def _submit(self, task: _Task) -> Future[TaskResult]:
+    def _submit(self, task: _Task, *, _retried: bool = False) -> Future[TaskResult]:
         """Start a task in a child process (or run it here with one process)."""
         if self.processes <= 1:
             fut: Future[TaskResult] = Future()
@@ -625,7 +625,11 @@ class Worker:
         except BrokenProcessPool:  # a child (or the fork server) died since the last look
             self.counters.children_lost += 1
             self.close_pool(wait=False)
-            return self._submit(task)
+            if not _retried:
+                return self._submit(task, _retried=True)
+            failed: Future[TaskResult] = Future()
+            failed.set_result(TaskResult(None, error="no diagnosing process could be started"))
+            return failed
 
     def _result(self, fut: Future[TaskResult], task: _Task) -> TaskResult:
         try:
