@@ -355,22 +355,29 @@ class Spool:
         (self.dir("retry") / f"{claimed.key}.json").unlink(missing_ok=True)
         self.drop_alloc(claimed.key)  # the verdict's job record keeps what it said
 
-    def retry(self, claimed: Claimed, error: str, *, permanent: bool = False) -> bool:
+    def retry(
+        self, claimed: Claimed, error: str, *, permanent: bool = False, patience: float = 0.0
+    ) -> bool:
         """Record a failed try. Returns True when the entry will be retried.
 
         Below ``max_attempts`` (and unless ``permanent``) the entry goes back to
         ``new/`` with its next try ``policy.delay(attempts)`` seconds away;
         otherwise it moves to ``failed/`` with a readable ``<key>.error``.
+        ``patience``: for as long as the entry is younger than this many seconds, the try
+        is not counted towards ``max_attempts`` (Slurm has no record of the job yet: it is
+        down, or its records are still on their way); the wait still grows.
         """
         now = self.clock()
-        attempts = claimed.attempts + 1
+        waiting = patience > 0 and now - claimed.spooled_at < patience
+        attempts = claimed.attempts + (0 if waiting else 1)
         errors = [*claimed.errors, (now, " ".join(error.split()))]
         if permanent or attempts >= self.policy.max_attempts:
             self._fail(claimed, attempts, errors, permanent)
             return False
         state = {
             "attempts": attempts,
-            "next_at": now + self.policy.delay(attempts),
+            # (at least a second: an entry that is ready again at once must not spin)
+            "next_at": now + max(1.0, self.policy.delay(max(attempts, min(len(errors), 10)))),
             "errors": errors[-10:],
         }
         self._write_atomic(self.dir("retry") / f"{claimed.key}.json", json.dumps(state))

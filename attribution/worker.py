@@ -71,6 +71,9 @@ COMMENT_RETRY_FIRST = 30.0
 COMMENT_RETRY_MAX = 1800.0
 HEARTBEAT_EVERY = 10.0
 STOP_POLL = 0.2  # how soon a SIGTERM is noticed while idle
+# a job Slurm has no record of yet (slurmctld down with its records queued, accounting
+# behind) is tried again for this long before its tries start to count towards failed/
+NOT_READY_PATIENCE = 86400.0
 DEFAULT_MAX_PROCESSES = 8  # pool.processes 0: one per core, at most this many
 # a child process is replaced after this many diagnoses (memory stays bounded per process)
 TASKS_PER_CHILD = 500
@@ -406,7 +409,10 @@ class Worker:
             answers = [exc] * len(refs)
         tasks: list[_Task] = []
         for (claimed, _env), answer in zip(parsed, answers, strict=True):
-            if isinstance(answer, NotReady | AttributionError):
+            if isinstance(answer, NotReady):  # no record yet: Slurm down or records late
+                outcomes.append(self._retry(claimed, str(answer), patience=NOT_READY_PATIENCE))
+                continue
+            if isinstance(answer, AttributionError):
                 outcomes.append(self._retry(claimed, str(answer)))
                 continue
             if isinstance(answer, BaseException):
@@ -501,9 +507,11 @@ class Worker:
             f"({result.seconds:.2f}s)",
         )
 
-    def _retry(self, claimed: Claimed, error: str, *, permanent: bool = False) -> Outcome:
+    def _retry(
+        self, claimed: Claimed, error: str, *, permanent: bool = False, patience: float = 0.0
+    ) -> Outcome:
         try:
-            if self.spool.retry(claimed, error, permanent=permanent):
+            if self.spool.retry(claimed, error, permanent=permanent, patience=patience):
                 return Outcome(claimed.key, "retry", error)
         except OSError as exc:  # a full or read-only spool: the entry stays in work/ for now
             return Outcome(
@@ -528,11 +536,13 @@ class Worker:
         inflight: dict[Future[TaskResult], _Task] = {}
         next_ready: float | None = None
         listed_empty = False
+        tried: set[str] = set()  # each entry once a pass: a retry that is ready at once waits
         try:
             while True:
                 stopping = self._stopping()
                 if not stopping and not listed_empty and len(small) + len(large) < slots:
-                    batch, next_ready, stuck = self._claim_batch()
+                    batch, next_ready, stuck = self._claim_batch(tried)
+                    tried.update(c.key for c in batch)
                     self._note(stuck, outcomes)
                     if batch:
                         done, tasks = self.prepare(batch)
@@ -569,12 +579,15 @@ class Worker:
                     log.warning("cannot give %s back to new/: %s", task.claimed.key, exc)
         return outcomes, next_ready
 
-    def _claim_batch(self) -> tuple[list[Claimed], float | None, list[Outcome]]:
-        """Claim up to ``pool.batch`` ready entries in fair order; also the time the next
-        waiting entry becomes ready and the entries that could not be claimed."""
+    def _claim_batch(
+        self, tried: set[str] | frozenset[str] = frozenset()
+    ) -> tuple[list[Claimed], float | None, list[Outcome]]:
+        """Claim up to ``pool.batch`` ready entries in fair order, none of ``tried`` (already
+        taken this pass); also the time the next waiting entry becomes ready and the entries
+        that could not be claimed."""
         now = self.clock()
         items = self.spool.pending(settle=self.config.settle_delay)
-        ready = [i for i in items if i.ready_at <= now]
+        ready = [i for i in items if i.ready_at <= now and i.key not in tried]
         next_ready = min((i.ready_at for i in items if i.ready_at > now), default=None)
         live = {(i.key, i.spooled_at) for i in ready}
         self._groups = {k: v for k, v in self._groups.items() if k in live}

@@ -501,3 +501,32 @@ def test_a_spool_subdirectory_replaced_by_a_link_is_refused(
         assert (victim / "thesis.tex").read_text() == "years of work"
         spool.dir(name).unlink()
         spool.dir(name).mkdir()
+
+
+def test_a_job_slurm_has_no_record_of_yet_waits_instead_of_failing(
+    tmp_path: Path, ruleset: RuleSet
+) -> None:
+    """slurmctld down with the job's records still queued: "not in sacct or scontrol (yet)"
+    more often than max_attempts does not move the entry to failed/ within a day; other
+    errors still count (and a day-old entry's tries count again)."""
+    from attribution.worker import NOT_READY_PATIENCE
+
+    now = [time.time() + 1]
+    jobs: dict[str, JobRecord | Exception] = {
+        "3": NotReady("job 3 is not in sacct or scontrol (yet)"),
+        "4": SlurmError("sacct failed: timed out"),
+    }
+    worker, spool, _ = make(tmp_path, ruleset, jobs, retries={"max_attempts": 3, "backoff": 1})
+    worker.clock = worker.spool.clock = lambda: now[0]
+    enqueue(spool, "3")
+    enqueue(spool, "4")
+    for _ in range(6):
+        worker.run(once=True)
+        now[0] += 7200
+    assert (spool.dir("new") / "c_3_0").exists()
+    assert (spool.dir("failed") / "c_4_0").exists()
+    now[0] += NOT_READY_PATIENCE
+    for _ in range(4):
+        worker.run(once=True)
+        now[0] += 7200
+    assert (spool.dir("failed") / "c_3_0").exists()
