@@ -736,25 +736,12 @@ NOBODY = 65534
 AS_NOBODY = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups")
 
 
-@dataclass
-class OpenSite:
-    """A spool, store and config under a directory nobody may enter."""
-
-    root: Path
-    spool: Spool
-    store_path: Path
-    config: Path
+class OpenSite(Site):
+    """A spool, store and config under a directory nobody may enter; nobody's group is an
+    admin group."""
 
     def write_config(self, **extra: Any) -> None:
-        data: dict[str, Any] = {
-            "spool": str(self.spool.root),
-            "store": str(self.store_path),
-            "settle_delay": 60,
-            "reconcile": {"clusters": ["alpha"]},
-            "admin_groups": [grp.getgrgid(NOBODY).gr_name],
-            **extra,
-        }
-        self.config.write_text(json.dumps(data))
+        super().write_config(admin_groups=[grp.getgrgid(NOBODY).gr_name], **extra)
         self.config.chmod(0o644)
 
     def as_nobody(self, *args: str) -> subprocess.CompletedProcess[str]:
