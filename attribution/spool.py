@@ -169,9 +169,10 @@ class Spool:
             created.append(name)
         return created
 
-    def check(self) -> None:
+    def check(self, *, writable: bool = True) -> None:
         """Raise ``SpoolError`` unless every subdirectory exists, is a real directory (not a
-        link) and is writable."""
+        link) and, with ``writable``, is writable (a spool remounted read-only for a while
+        is waited out by a running worker, not a reason to stop it)."""
         for name in (*SUBDIRS, *OPTIONAL_SUBDIRS):
             path = self.dir(name)
             try:
@@ -198,7 +199,7 @@ class Spool:
                     " step 3, so SlurmUser cannot replace its subdirectories)",
                     Location(str(path)),
                 )
-            if not os.access(path, os.W_OK | os.X_OK):
+            if writable and not os.access(path, os.W_OK | os.X_OK):
                 raise SpoolError("spool directory not writable", Location(str(path)))
 
     @contextlib.contextmanager

@@ -746,7 +746,7 @@ class Worker:
                 while not self._stopping():
                     # every round: a subdirectory replaced by a link ends the worker here,
                     # before it moves or deletes anything through it
-                    self.spool.check()
+                    self.spool.check(writable=False)
                     if self.clock() - last_prune >= PRUNE_EVERY:
                         try:
                             removed = self.spool.prune(self.config.retention)
