@@ -590,8 +590,10 @@ def _retry_state(path: Path) -> _Retry:
     ):
         out["next_at"] = float(next_at)
     if isinstance(errors, list):
-        out["errors"] = [
-            (e[0], str(e[1])) for e in errors if isinstance(e, list | tuple) and len(e) == 2
+        out["errors"] = [  # as the worker keeps them: the last ten, 2,000 characters each
+            (e[0], str(e[1])[:2000])
+            for e in errors[-10:]
+            if isinstance(e, list | tuple) and len(e) == 2
         ]
     return _Retry(out)
 
