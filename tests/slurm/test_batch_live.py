@@ -75,14 +75,25 @@ def test_batched_lookup_and_sweep_on_real_jobs(cluster: Cluster, out: Path) -> N
 
     queries = [f"{array}_1", f"{array}_2", f"{array}_3", array, *plain, requeued]
     items = [(JobRef.parse(q), None, None) for q in queries]
-    counting = Counting()
-    many = CliBackend(runner=counting).get_jobs(items)
-    one: list[JobRecord | SlurmError] = []
-    for ref, _, _ in items:
-        try:
-            one.append(CliBackend().get_job(ref))
-        except SlurmError as exc:
-            one.append(exc)
+
+    def both() -> tuple[list[JobRecord | SlurmError], list[JobRecord | SlurmError], Counting]:
+        counting = Counting()
+        many = CliBackend(runner=counting).get_jobs(items)
+        one: list[JobRecord | SlurmError] = []
+        for ref, _, _ in items:
+            try:
+                one.append(CliBackend().get_job(ref))
+            except SlurmError as exc:
+                one.append(exc)
+        return many, one, counting
+
+    many, one, counting = both()
+    if many != one:
+        # right after slurmctld started (the first test after .ci/slurm-up.sh), a job's step
+        # records were seen still arriving between the two reads: compare once more when
+        # accounting has settled; a real difference stays
+        time.sleep(5)
+        many, one, counting = both()
     assert all(isinstance(r, JobRecord) for r in many), many
     assert many == one
     assert counting.tools.count("sacct") == 2
