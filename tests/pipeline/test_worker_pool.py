@@ -165,7 +165,9 @@ def test_a_child_lost_mid_job_is_retried_and_the_pool_replaced(
     assert ("c_31_0", "retry") in first
     assert worker.counters.children_lost >= 1
     assert {result for _, result in first} <= {"saved", "retry"}
-    time.sleep(1.1)  # past the retry delay, never under 1 s (the same round may already have retried)
+    time.sleep(
+        1.1
+    )  # past the retry delay, never under 1 s (the same round may already have retried)
     second = {o.key: o.result for o in Worker(config).run(once=True)}
     assert set(second.values()) <= {"saved"}
     saved = {key for key, result in first if result == "saved"} | set(second)
