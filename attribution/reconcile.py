@@ -174,6 +174,21 @@ def spool_key(job: EndedJob) -> str:
     return key_from_env(job.env())
 
 
+def other_keys(job: EndedJob) -> list[str]:
+    """The run's other possible key: ``<cluster>_<job>_<restart>`` when the hook keys it by
+    its SLUID, and the SLUID when accounting has one the hook does not see (24.11). A run
+    found under either is not enqueued again (a cluster upgraded to a Slurm whose hook gets
+    SLUIDs keeps the older entries under the older key).
+
+    Raises:
+        SpoolError: when the run has no job id.
+    """
+    if not job.sluid:
+        return []
+    flipped = replace(job, sluid_in_hook=not job.sluid_in_hook)
+    return [key_from_env(flipped.env())]
+
+
 def spool_state(spool: Spool, key: str) -> str | None:
     """Which spool directory (``new``, ``work``, ``done`` or ``failed``) holds an entry for
     ``key``, or None. Any entry counts: a ``done/`` entry without a verdict is a job the worker
@@ -279,6 +294,7 @@ def sweep(
         key=lambda j: (_utc(j.end), j.job_id),
     )
     keyed: dict[str, EndedJob] = {}
+    aliases: dict[str, list[str]] = {}
     ignored = 0
     for job in ended:
         key = _usable_key(job)
@@ -286,13 +302,17 @@ def sweep(
             ignored += 1
         elif should_have_verdict(job, record_pass=config.record_pass):
             keyed[key] = job
+            aliases[key] = [key, *other_keys(job)]
     base = SweepResult(name, since, until, ended=len(ended), ignored=ignored, seen=len(keyed))
     try:
-        known = store.known_keys(list(keyed))
+        known = store.known_keys([k for names in aliases.values() for k in names])
     except StoreError as exc:
         return done(replace(base, error=str(exc)))
-    missing = [(key, job) for key, job in keyed.items() if key not in known]
-    missing = [(key, job) for key, job in missing if spool_state(spool, key) is None]
+    missing = [
+        (key, job)
+        for key, job in keyed.items()
+        if not any(k in known or spool_state(spool, k) is not None for k in aliases[key])
+    ]
     enqueued: list[str] = []
     for key, job in missing:
         try:

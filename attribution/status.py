@@ -1097,8 +1097,26 @@ def _counter_lines(info: dict[str, Any]) -> list[str]:
         extra.append(f"{found} job(s) found by reconciliation")
     if extra:
         out.append(", ".join(extra))
+    slurm = info.get("slurm")
+    if isinstance(slurm, dict):
+        shown.add("slurm")
+        out.append(_slurm_line(slurm))
     out += [f"{k}: {_value(v)}" for k, v in sorted(info.items()) if k not in shown]
     return out
+
+
+def _slurm_line(slurm: dict[str, Any]) -> str:
+    """The worker's Slurm in words: version, backend, keys, untested, fields missing."""
+    version = slurm.get("version")
+    text = f"Slurm {_value(version) if version else '(version unknown)'}"
+    text += f" ({_value(slurm.get('backend'))} backend)"
+    text += ", runs keyed by SLUID" if slurm.get("sluid_keys") is True else ""
+    if slurm.get("tested") is False:
+        text += ", not a version attribution is tested on"
+    missing = slurm.get("fields_missing")
+    if isinstance(missing, list) and missing:
+        text += f"; sacct has no {', '.join(_value(m) for m in missing)}"
+    return text
 
 
 def _ordered(results: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -672,6 +672,32 @@ class Worker:
             self.counters.count(outcome.result)
             into.append(outcome)
 
+    def _slurm_about(self) -> dict[str, Any] | None:
+        """The backend's ``about()`` (None for a backend without one, or when it fails)."""
+        about = getattr(self.backend, "about", None)
+        if about is None:
+            return None
+        try:
+            info = about()
+        except Exception:  # reporting must never stop the worker
+            return None
+        return info if isinstance(info, dict) else None
+
+    def _about_slurm(self) -> None:
+        """Log which Slurm this is, and warn when CI does not test that version."""
+        info = self._slurm_about()
+        if info is None:
+            return
+        version = info.get("version") or "of unknown version"
+        keys = "runs keyed by SLUID" if info.get("sluid_keys") else "runs keyed by job id"
+        log.info("Slurm %s (%s backend), %s", version, info.get("backend"), keys)
+        if not info.get("tested"):
+            log.warning(
+                "Slurm %s is not a version attribution is tested on (22.05, 24.11, 26.05):"
+                " trying it; sacct fields it lacks are named here (docs/compatibility.md)",
+                version,
+            )
+
     def beat(self, *, force: bool = False) -> None:
         """Record the heartbeat ``sattr status`` reads, at most every ``HEARTBEAT_EVERY``
         seconds. Never raises: a store error only loses the beat."""
@@ -687,6 +713,9 @@ class Worker:
             "comments_rewritten": c.comments_rewritten,
             "children_lost": c.children_lost,
         }
+        slurm = self._slurm_about()
+        if slurm is not None:
+            info["slurm"] = slurm
         try:
             self.store.beat(
                 str(self.spool.root),
@@ -737,6 +766,7 @@ class Worker:
                 if self.config.reconcile.enabled
                 else "off",
             )
+            self._about_slurm()
             recovered = self.spool.recover()
             if recovered:
                 log.warning("recovered %d entr(ies) left in work/", len(recovered))

@@ -148,7 +148,8 @@ class EndedJob:
     array_job_id: str | None = None
     array_task_id: str | None = None
     restart_count: int = 0
-    sluid: str | None = None
+    sluid: str | None = None  # accounting's SLUID of the run (24.11+)
+    sluid_in_hook: bool = False  # whether the hook saw it too (25.11+): its spool key
     nodes: int = 0
     nodelist: str | None = None
     partition: str | None = None
@@ -164,7 +165,7 @@ class EndedJob:
         optional = {
             "SLURM_ARRAY_JOB_ID": self.array_job_id,
             "SLURM_ARRAY_TASK_ID": self.array_task_id,
-            "SLURM_JOB_SLUID": self.sluid,
+            "SLURM_JOB_SLUID": self.sluid if self.sluid_in_hook else None,
             "SLURM_JOB_USER": self.user,
             "SLURM_JOB_UID": self.uid,
             "SLURM_JOB_NODELIST": self.nodelist,

@@ -29,6 +29,7 @@ lists every query.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -37,6 +38,7 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from attribution.errors import AttributionError, SlurmError
 from attribution.hostlist import HostlistError, compress, expand
@@ -60,8 +62,12 @@ BATCH_IDS = 200  # job ids in one batched sacct -j (the argument stays a few KB)
 CTL_PAUSE = 60.0  # seconds scontrol is not asked after it could not reach slurmctld
 CONFIG_TTL = 3600.0  # seconds a MinJobAge read from ``scontrol show config`` is trusted
 DEFAULT_MIN_JOB_AGE = 300  # Slurm's default MinJobAge, when slurmctld cannot tell
+FIELDS_RETRY = 300.0  # seconds before ``sacct -e`` is asked again after it failed
+SLUID_IN_HOOK = (25, 11)  # the first Slurm whose EpilogSlurmctld gets SLURM_JOB_SLUID
+# the versions CI runs the live tests on (docs/compatibility.md); others are tried
+TESTED_VERSIONS = ((22, 5), (24, 11), (26, 5))
 # ended_jobs: fields nobody but Slurm writes (no job name, no work directory), so a row
-# cannot be forged; SLUID is added where sacct has it (26.05)
+# cannot be forged; SLUID and Restarts are added where sacct has them (24.11+)
 ENDED_FIELDS = (
     "JobID",
     "JobIDRaw",
@@ -79,6 +85,11 @@ ENDED_FIELDS = (
     "NodeList",
 )
 RUN_FIELDS = ("JobIDRaw", "Submit")
+# asked for only where ``sacct -e`` lists them (24.11+): each run's SLUID, and its number of
+# restarts (without it a run's number is counted from the Submit times of all runs)
+OPTIONAL_FIELDS = ("SLUID", "Restarts")
+# sacct's refusal of a field it does not know (a renamed or removed one)
+_INVALID_FIELD = re.compile(r"Invalid field requested: \"?([A-Za-z]\w*)")
 _BATCHABLE = re.compile(r"^\d+(?:_\d+)?$")
 # what scontrol prints when slurmctld does not answer (22.05: "slurm_load_jobs error: Unable
 # to contact slurm controller (connect failure)"; a busy one: "Socket timed out on send/recv")
@@ -91,6 +102,8 @@ _UNREACHABLE = (
 _MIN_JOB_AGE = re.compile(r"^MinJobAge\s*=\s*(\d+)", re.MULTILINE)
 
 Item = tuple[JobRef, Mapping[str, str] | None, float | None]
+
+log = logging.getLogger(__name__)
 
 
 def _utc(when: datetime) -> str:
@@ -163,6 +176,24 @@ class CommandTimedOut(SlurmError):
 def _unreachable(result: Completed) -> bool:
     """Whether a failed scontrol said that slurmctld did not answer."""
     return result.rc != 0 and any(text in result.err for text in _UNREACHABLE)
+
+
+def _same_run(
+    ctl: Mapping[str, str], env: Mapping[str, str], record: SacctRecord | None, *, latest: bool
+) -> bool:
+    """Whether slurmctld's record (always the job's latest run) describes the run asked for:
+    the same SLUID where both are known (25.11+), else the same restart count as the
+    spooled environment or the accounting record says; when neither says, whether the run
+    asked for is the latest one accounting has (``latest``)."""
+    ctl_sluid = (ctl.get("SLUID") or "").strip()
+    acct = record.fields if record is not None else {}
+    sluid = env.get("SLURM_JOB_SLUID") or acct.get("SLUID") or ""
+    if ctl_sluid and sluid:
+        return ctl_sluid == sluid
+    run = env.get("SLURM_JOB_RESTART_COUNT") or acct.get("Restarts") or ""
+    if not run.strip():
+        return latest
+    return (ctl.get("Restarts") or "0").strip() == run.strip()
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterator[list[str]]:
@@ -272,6 +303,9 @@ class CliBackend:
         self._ctl_down_until = 0.0  # scontrol is not asked before this time
         self._min_job_age: tuple[int, float] | None = None  # (seconds, trusted until)
         self._sacct_fields: frozenset[str] | None = None  # what ``sacct -e`` lists
+        self._fields_retry_at = 0.0  # when to ask ``sacct -e`` again after it failed
+        self._version: tuple[int, int] | None = None
+        self.missing_fields: set[str] = set()  # fields this sacct refused
 
     def _tool(self, name: str) -> str:
         return os.path.join(self.bin_dir, name) if self.bin_dir else name
@@ -325,17 +359,58 @@ class CliBackend:
         self, query_ids: Sequence[str], cluster: str | None, fields: Sequence[str]
     ) -> list[dict[str, str]]:
         """``sacct -P -n -D -j id1,id2,... -o fields``: every record of these jobs (all runs),
-        allocation and step lines, parsed."""
+        allocation and step lines, parsed. Fields this sacct does not know are left out
+        (their values are then missing from the rows)."""
         args = ["-P", "-n", "-D", f"--delimiter={DELIMITER}", "-j", ",".join(query_ids)]
         if cluster:
             args += ["-M", cluster]
-        args += ["-o", ",".join(fields)]
-        result = self.run("sacct", args, ok=lambda r: r.rc == 0)
-        return parse_sacct(result.out, fields, delimiter=DELIMITER)
+        return self._sacct_fields_query(args, fields)
+
+    def _sacct_fields_query(
+        self, args: Sequence[str], fields: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> list[dict[str, str]]:
+        """``sacct ARGS -o FIELDS``, parsed. A field sacct refuses ("Invalid field requested",
+        a version that renamed or dropped it) is left out and the query asked again; it is
+        remembered in ``missing_fields`` and logged once.
+
+        Raises:
+            SlurmError: sacct failed otherwise, or refused every field.
+        """
+        asked = [f for f in fields if f not in self.missing_fields]
+        while asked:
+            try:
+                result = self.run(
+                    "sacct", [*args, "-o", ",".join(asked)], ok=lambda r: r.rc == 0, env=env
+                )
+            except CommandTimedOut:
+                raise
+            except SlurmError as exc:
+                m = _INVALID_FIELD.search(str(exc))
+                bad = next((f for f in asked if m and f.lower() == m.group(1).lower()), None)
+                if bad is None:
+                    raise
+                self._field_missing(bad)
+                asked.remove(bad)
+                continue
+            return parse_sacct(result.out, asked, delimiter=DELIMITER)
+        raise SlurmError(f"sacct refused every field asked for: {', '.join(fields)}")
+
+    def _field_missing(self, name: str) -> None:
+        if name not in self.missing_fields:
+            self.missing_fields.add(name)
+            log.warning(
+                "sacct of this Slurm has no field %s: jobs are read without it"
+                " (docs/compatibility.md)",
+                name,
+            )
+
+    def _optional(self, fields: Sequence[str]) -> tuple[str, ...]:
+        """``fields`` with each of OPTIONAL_FIELDS that this sacct lists."""
+        return (*fields, *(f for f in OPTIONAL_FIELDS if self._has_field(f)))
 
     def sacct(self, ref: JobRef) -> list[dict[str, str]]:
         """Every record of the job (all runs, ``-D``), allocation and step lines."""
-        return self._sacct_jobs([ref.query_id], ref.cluster, SACCT_FIELDS)
+        return self._sacct_jobs([ref.query_id], ref.cluster, self._optional(SACCT_FIELDS))
 
     def sacct_text(self, ref: JobRef, job_id_raw: str) -> dict[str, str]:
         """The free-text fields (SACCT_TEXT) of one run: the first row of that JobIDRaw, the
@@ -505,7 +580,7 @@ class CliBackend:
         Raises:
             SlurmError: the batched sacct failed.
         """
-        rows = self._sacct_jobs(query_ids, cluster, SACCT_FIELDS)
+        rows = self._sacct_jobs(query_ids, cluster, self._optional(SACCT_FIELDS))
         records = group_steps(rows)
         # one id: all that sacct printed is that job's, exactly as get_job always read it
         one = len(query_ids) == 1
@@ -599,16 +674,23 @@ class CliBackend:
             ctl_seen[query_id] = ctl
             if ctl is None:
                 raise records
-            job = build_job_record(None, ctl, env, timezone=self.timezone, ref_cluster=ref.cluster)
+            job = build_job_record(
+                None,
+                ctl,
+                env,
+                timezone=self.timezone,
+                ref_cluster=ref.cluster,
+                sluid_is_key=self._sluid_is_key(env, None, ctl),
+            )
             if job.state not in FINAL_STATES:
                 raise records
             # slurmctld holds only the job's latest run: when that is not the spooled one (a
             # requeued job), its record would describe another run: wait for accounting
-            spooled_run = (env or {}).get("SLURM_JOB_RESTART_COUNT") or "0"
-            if (ctl.get("Restarts") or "0").strip() != spooled_run.strip():
+            if not _same_run(ctl, env or {}, None, latest=True):
                 raise records
             return job
-        record = pick_record(records, spooled_at)
+        record = pick_record(records, spooled_at, (env or {}).get("SLURM_JOB_SLUID"))
+        latest = record is None or record is records[-1]
         if record is not None and (raw := record.fields.get("JobIDRaw")):
             text = texts[key]
             if isinstance(text, SlurmError):
@@ -621,21 +703,34 @@ class CliBackend:
             ctl = ctl_seen[query_id]
         else:
             ctl = ctl_seen[query_id] = self._ctl_ask(ref)
+        if ctl is not None and not _same_run(ctl, env or {}, record, latest=latest):
+            ctl = None  # the job ran again since: its GPUs and flags are the new run's
         if record is None and ctl is None:
             raise NotReady(f"job {query_id} is not in sacct or scontrol (yet)")
-        job = build_job_record(record, ctl, env, timezone=self.timezone, ref_cluster=ref.cluster)
+        job = build_job_record(
+            record,
+            ctl,
+            env,
+            timezone=self.timezone,
+            ref_cluster=ref.cluster,
+            sluid_is_key=self._sluid_is_key(env, record, ctl),
+        )
         if job.state not in FINAL_STATES:
             raise NotReady(f"job {query_id} is {job.state or 'in an unknown state'}, not ended")
         return job
 
     def _has_field(self, name: str) -> bool:
-        """Whether ``sacct -e`` lists the field (read once; a failure reads as no)."""
-        if self._sacct_fields is None:
+        """Whether ``sacct -e`` lists the field (read once; a failure reads as no, and is
+        asked again after ``FIELDS_RETRY`` seconds: 22.05's ``sacct -e`` needs slurmdbd)."""
+        if self._sacct_fields is None or (
+            not self._sacct_fields and self.clock() >= self._fields_retry_at
+        ):
             try:
-                result = self.run("sacct", ["-e"], ok=lambda r: r.rc == 0)
+                result = self.run("sacct", ["-e"], ok=lambda r: r.rc == 0, retries=0)
+                self._sacct_fields = frozenset(result.out.split())
             except SlurmError:
-                return False
-            self._sacct_fields = frozenset(result.out.split())
+                self._sacct_fields = frozenset()
+                self._fields_retry_at = self.clock() + FIELDS_RETRY
         return name in self._sacct_fields
 
     def ended_jobs(self, cluster: str | None, since: datetime, until: datetime) -> list[EndedJob]:
@@ -653,16 +748,14 @@ class CliBackend:
         Raises:
             SlurmError: sacct failed.
         """
-        fields = ENDED_FIELDS + (("SLUID",) if self._has_field("SLUID") else ())
         args = ["-a", "-X", "-D", "-P", "-n", f"--delimiter={DELIMITER}"]
         args += ["-S", _utc(since), "-E", _utc(until), "-s", ",".join(sorted(FINAL_STATES))]
         if cluster:
             args += ["-M", cluster]
-        args += ["-o", ",".join(fields)]
-        result = self.run("sacct", args, ok=lambda r: r.rc == 0, env={"TZ": "UTC0"})
+        rows = self._sacct_fields_query(args, self._optional(ENDED_FIELDS), env={"TZ": "UTC0"})
         low, high = since.timestamp(), until.timestamp()
         kept: list[tuple[dict[str, str], str, str | None, str | None]] = []
-        for row in parse_sacct(result.out, fields, delimiter=DELIMITER):
+        for row in rows:
             end, raw = row.get("End", ""), row.get("JobIDRaw", "")
             parsed = split_jobid(row.get("JobID", ""))
             if not (end.isdecimal() and low <= int(end) < high and raw.isdecimal()):
@@ -675,10 +768,14 @@ class CliBackend:
             if task is not None and not task.isdecimal():
                 continue  # A_[1-5]: tasks that never started, no run of their own
             kept.append((row, raw, parsed[0] if task else None, task))
-        earlier = self._earlier_runs(cluster, [(raw, a, t) for _, raw, a, t in kept])
+        in_hook = any(row.get("SLUID") for row, *_ in kept) and self.hook_sees_sluids()
+        # 24.11+ numbers each run itself (Restarts); before, count the runs submitted earlier
+        counted = bool(kept) and all(row.get("Restarts", "").isdecimal() for row, *_ in kept)
+        earlier = {} if counted else self._earlier_runs(cluster, [(r, a, t) for _, r, a, t in kept])
         out: list[EndedJob] = []
         for row, raw, array_job, task in kept:
             submit = row.get("Submit", "")
+            restarts = row.get("Restarts", "")
             nodelist = row.get("NodeList") or ""
             ran = nodelist not in ("", "None assigned", "(null)")  # else it never started
             nnodes = row.get("NNodes", "")
@@ -694,10 +791,13 @@ class CliBackend:
                     uid=row.get("UID") or None,
                     array_job_id=array_job,
                     array_task_id=task,
-                    restart_count=sum(
+                    restart_count=int(restarts)
+                    if counted
+                    else sum(
                         1 for s in earlier.get(raw, ()) if submit.isdecimal() and s < int(submit)
                     ),
                     sluid=row.get("SLUID") or None,
+                    sluid_in_hook=in_hook,
                     nodes=int(nnodes) if ran and nnodes.isdecimal() else 0,
                     nodelist=nodelist if ran else None,
                     partition=row.get("Partition") or None,
@@ -830,13 +930,51 @@ class CliBackend:
         )
 
     def version(self) -> tuple[int, int] | None:
-        """The local Slurm's (major, minor) from ``sacct --version``, or ``None``."""
-        try:
-            result = self.run("sacct", ["--version"], ok=lambda r: r.rc == 0)
-        except SlurmError:
-            return None
-        m = _VERSION.search(result.out)
-        return (int(m.group(1)), int(m.group(2))) if m else None
+        """The local Slurm's (major, minor) from ``sacct --version``, or ``None`` (asked once;
+        a failure is asked again next time)."""
+        if self._version is None:
+            try:
+                result = self.run("sacct", ["--version"], ok=lambda r: r.rc == 0, retries=0)
+            except SlurmError:
+                return None
+            m = _VERSION.search(result.out)
+            if not m:
+                return None
+            self._version = (int(m.group(1)), int(m.group(2)))
+        return self._version
+
+    def _sluid_is_key(
+        self,
+        env: Mapping[str, str] | None,
+        record: SacctRecord | None,
+        ctl: Mapping[str, str] | None,
+    ) -> bool:
+        """Whether a SLUID Slurm shows for a run looked up without the hook's one is its key
+        (asks the version only when there is such a SLUID)."""
+        if (env or {}).get("SLURM_JOB_SLUID"):
+            return False
+        shown = (record.fields.get("SLUID") if record else None) or (ctl or {}).get("SLUID")
+        return bool(shown) and self.hook_sees_sluids()
+
+    def about(self) -> dict[str, Any]:
+        """What the worker reports of this Slurm (log, heartbeat, ``sattr status``): the
+        backend, the version (``None``: sacct could not tell), whether CI tests that version,
+        whether runs are keyed by SLUID, and the sacct fields it refused so far."""
+        version = self.version()
+        return {
+            "backend": self.name,
+            "version": f"{version[0]}.{version[1]:02d}" if version else None,
+            "tested": version in TESTED_VERSIONS,
+            "sluid_keys": self.hook_sees_sluids(),
+            "fields_missing": sorted(self.missing_fields),
+        }
+
+    def hook_sees_sluids(self) -> bool:
+        """Whether EpilogSlurmctld gets ``SLURM_JOB_SLUID`` (Slurm 25.11+), so the hook keys
+        each run by its SLUID. 24.11's sacct lists SLUIDs but its hook environment has none;
+        a version that cannot be told counts as one without."""
+        version = self.version()
+        return version is not None and version >= SLUID_IN_HOOK
 
 
 __all__ = [

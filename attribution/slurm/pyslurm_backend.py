@@ -70,6 +70,10 @@ class PyslurmBackend:
         self.cli = cli
         self.mod = _module()
 
+    def about(self) -> dict[str, Any]:
+        """See ``CliBackend.about`` (the version is the same Slurm's)."""
+        return {**self.cli.about(), "backend": self.name}
+
     def _db_job(self, ref: JobRef) -> Any:
         if not ref.job_id:
             return None

@@ -71,15 +71,22 @@ def _val(data: Mapping[str, str] | None, key: str) -> str | None:
     return value
 
 
-def pick_record(records: list[SacctRecord], spooled_at: float | None) -> SacctRecord | None:
+def pick_record(
+    records: list[SacctRecord], spooled_at: float | None, sluid: str | None = None
+) -> SacctRecord | None:
     """Choose the run the spool entry describes among ``sacct -D`` records.
 
-    The hook runs when the job ends, so the record whose End (epoch seconds) is
-    closest to ``spooled_at`` is that run; without a spool time (or without
-    usable End times) the newest record wins.
+    Where Slurm gives runs SLUIDs (25.11+), the record with the spooled run's SLUID is that
+    run. Otherwise the hook ran when the job ended, so the record whose End (epoch seconds)
+    is closest to ``spooled_at`` is that run; without a spool time (or without usable End
+    times) the newest record wins.
     """
     if not records:
         return None
+    if sluid:
+        for r in records:
+            if r.fields.get("SLUID") == sluid:
+                return r
     if spooled_at is not None:
         timed = [
             (abs(float(end) - spooled_at), i)
@@ -91,22 +98,30 @@ def pick_record(records: list[SacctRecord], spooled_at: float | None) -> SacctRe
     return records[-1]
 
 
-# OverSubscribe as scontrol prints it (and SLURM_JOB_OVERSUBSCRIBE): only NO is exclusive use
-# (--exclusive); OK, YES, USER, MCS and TOPO all let other jobs onto the nodes
+# OverSubscribe as scontrol prints it (and SLURM_JOB_OVERSUBSCRIBE) up to 24.11: only NO is
+# exclusive use (--exclusive); OK (the default), YES, USER, MCS and TOPO let other jobs onto
+# the nodes. 26.05 prints OverSubscribe=NO for every job that did not ask to oversubscribe
+# and says exclusive use in its own Exclusive field (NO, NODE; SLURM_JOB_EXCLUSIVE likewise),
+# so OverSubscribe is read only where there is no Exclusive.
 _OVERSUBSCRIBE_EXCLUSIVE = {"NO": True, "OK": False, "YES": False, "USER": False, "MCS": False}
-_TRUE = {"1", "yes", "true", "exclusive", "job"}
+_TRUE = {"1", "yes", "true", "exclusive", "job", "node"}
 _FALSE = {"0", "no", "false", "none", "user", "mcs", "topo", "ok"}
 
 
 def _exclusive(env: Mapping[str, str], ctl: Mapping[str, str] | None) -> bool | None:
-    """Whether the job had its nodes to itself: 26.05's ``SLURM_JOB_EXCLUSIVE``, 24.11's
-    ``SLURM_JOB_OVERSUBSCRIBE`` (both in the EpilogSlurmctld environment), else scontrol's
-    ``OverSubscribe`` while the job is in memory; None when none says."""
-    value = (env.get("SLURM_JOB_EXCLUSIVE") or "").strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
+    """Whether the job had its nodes to itself: 26.05's ``SLURM_JOB_EXCLUSIVE`` (in the
+    EpilogSlurmctld environment) or scontrol's ``Exclusive``, else 24.11's
+    ``SLURM_JOB_OVERSUBSCRIBE`` or scontrol's ``OverSubscribe`` while the job is in memory;
+    None when none says (or says something unknown)."""
+    exclusive = [env.get("SLURM_JOB_EXCLUSIVE"), ctl.get("Exclusive") if ctl else None]
+    for text in exclusive:
+        value = (text or "").strip().lower()
+        if value in _TRUE:
+            return True
+        if value in _FALSE:
+            return False
+    if any(text is not None for text in exclusive):
+        return None  # 26.05+ with a value not known here: OverSubscribe would mislead
     for text in (env.get("SLURM_JOB_OVERSUBSCRIBE"), _val(ctl, "OverSubscribe")):
         word = (text or "").strip().upper().split(":", 1)[0]
         if word in _OVERSUBSCRIBE_EXCLUSIVE:
@@ -186,8 +201,13 @@ def build_job_record(
     *,
     timezone: str | None = None,
     ref_cluster: str | None = None,
+    sluid_is_key: bool = False,
 ) -> JobRecord:
     """Build the ``JobRecord`` of one job run (see the module docstring).
+
+    ``sluid_is_key``: the hook of this Slurm keys runs by SLUID (25.11+), so a SLUID from
+    accounting or slurmctld is the run's key where the environment has none (a job looked up
+    by id); 24.11's sacct lists SLUIDs its hook never sees, and there they are not used.
 
     Raises:
         BundleError: when no source names a job id.
@@ -212,8 +232,15 @@ def build_job_record(
     data["array_job_id"] = array_job
     data["array_task_id"] = array_task
     data["cluster"] = first(_val(acct, "Cluster"), env.get("SLURM_CLUSTER_NAME"), ref_cluster)
-    data["sluid"] = env.get("SLURM_JOB_SLUID") or None
-    data["restart_count"] = first(env.get("SLURM_JOB_RESTART_COUNT"), _val(ctl, "Restarts"))
+    # the SLUID the hook keyed the run by (25.11+ set it in the EpilogSlurmctld environment)
+    data["sluid"] = first(
+        env.get("SLURM_JOB_SLUID"),
+        _val(acct, "SLUID") if sluid_is_key else None,
+        _val(ctl, "SLUID") if sluid_is_key else None,
+    )
+    data["restart_count"] = first(
+        env.get("SLURM_JOB_RESTART_COUNT"), _val(acct, "Restarts"), _val(ctl, "Restarts")
+    )
 
     # who and where
     # the owner decides which files the worker may read for the job: the spooled environment

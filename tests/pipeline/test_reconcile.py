@@ -189,12 +189,18 @@ def test_array_task_and_sluid_keys_match_the_hook(
 ) -> None:
     config, store, spool = env
     task = ended("25", array_job_id="23", array_task_id="1")
-    with_sluid = ended("26", sluid="s2MNM8NJZ1NP03")
-    result = only(reconcile(config, store, spool, Accounting([task, with_sluid]), NOW))
-    assert sorted(result.enqueued) == ["c_23_1_0", "s2MNM8NJZ1NP03"]
+    with_sluid = ended("26", sluid="s2MNM8NJZ1NP03", sluid_in_hook=True)  # 25.11+
+    # 24.11: sacct lists a SLUID, but the hook's environment has none, so it keys the run as
+    # before (the first CI run on 24.11 enqueued every job a second time under its SLUID)
+    sacct_only = ended("27", sluid="s8NNM8TAPHRX00")
+    jobs = [task, with_sluid, sacct_only]
+    result = only(reconcile(config, store, spool, Accounting(jobs), NOW))
+    assert sorted(result.enqueued) == ["c_23_1_0", "c_27_0", "s2MNM8NJZ1NP03"]
     text = (spool.dir("new") / "c_23_1_0").read_text()
     assert JobRef.from_env(parse_entry(text).env).query_id == "23_1"
-    for job, key in ((task, "c_23_1_0"), (with_sluid, "s2MNM8NJZ1NP03")):
+    assert "SLURM_JOB_SLUID" not in parse_entry((spool.dir("new") / "c_27_0").read_text()).env
+    keys = ((task, "c_23_1_0"), (with_sluid, "s2MNM8NJZ1NP03"), (sacct_only, "c_27_0"))
+    for job, key in keys:
         hook_spool = tmp_path / f"hook-{key}"
         Spool(hook_spool).create(mode=0o755)
         assert run_hook(job.env(), hook_spool) == key
@@ -577,3 +583,20 @@ def test_summary_is_one_line() -> None:
     quiet = SweepResult("c", FIRST_SINCE, UNTIL, ended=3, seen=1).summary()
     assert quiet.endswith(": 3 ended, 1 should have a verdict, none missing")
     assert spool_key(ended("4")) == "c_4_0"
+
+
+def test_a_run_known_under_its_other_key_is_not_enqueued_again(
+    env: tuple[Config, Store, Spool],
+) -> None:
+    """A cluster upgraded from 24.11 to 26.05 mid-window: the hook spooled a run under
+    ``<cluster>_<job>_<restart>``, while the sweep (now on a Slurm whose hook gets SLUIDs)
+    would key it by its SLUID; and the other way round. Either key counts as seen."""
+    config, store, spool = env
+    old = ended("40", sluid="s1H1M8TA88K400", sluid_in_hook=True)
+    new = ended("41", sluid="s1H1M8TA88KX00")
+    spool.enqueue("c_40_0", "# attribution-spool 1 key=c_40_0\nexport SLURM_JOB_ID='40'\n")
+    spool.enqueue(
+        "s1H1M8TA88KX00", "# attribution-spool 1 key=s1H1M8TA88KX00\nexport SLURM_JOB_ID='41'\n"
+    )
+    result = only(reconcile(config, store, spool, Accounting([old, new]), NOW))
+    assert result.enqueued == ()

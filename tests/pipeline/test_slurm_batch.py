@@ -37,15 +37,27 @@ CONFIG = Completed(0, "ClusterName             = c1\nMinJobAge               = 6
 Item = tuple[JobRef, Mapping[str, str] | None, float | None]
 
 
-class Fake:
-    """A runner answering each Slurm command through ``answer`` and keeping every argv."""
+SACCT_FIELDS_22_05 = (FIXTURES / "sacct-e-22.05.txt").read_text()
 
-    def __init__(self, answer: Callable[[list[str]], Completed]) -> None:
+
+class Fake:
+    """A runner answering each Slurm command through ``answer`` and keeping every argv;
+    ``sacct -e`` (which fields sacct has) it answers itself, with 22.05's recorded list
+    unless given ``fields``, and does not keep."""
+
+    def __init__(
+        self, answer: Callable[[list[str]], Completed], fields: str = SACCT_FIELDS_22_05
+    ) -> None:
         self.answer = answer
+        self.fields = fields
+        self.fields_asked = 0
         self.calls: list[list[str]] = []
         self.envs: list[Mapping[str, str]] = []
 
     def __call__(self, argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> Completed:
+        if argv[0].endswith("sacct") and list(argv[1:]) == ["-e"]:
+            self.fields_asked += 1
+            return Completed(0, self.fields, "")
         self.calls.append(list(argv))
         self.envs.append(env)
         return self.answer(list(argv))
@@ -400,13 +412,11 @@ RUNS = """\
 def sweep_fake(fields_listed: str = "JobID JobIDRaw State End") -> Fake:
     def answer(argv: list[str]) -> Completed:
         assert argv[0] == "sacct", argv
-        if argv[1:] == ["-e"]:
-            return Completed(0, fields_listed + "\n", "")
         if "-S" in argv:
             return Completed(0, WINDOW.replace("|", D), "")
         return Completed(0, RUNS.replace("|", D), "")
 
-    return Fake(answer)
+    return Fake(answer, fields=fields_listed + "\n")
 
 
 def test_ended_jobs_in_a_window() -> None:
@@ -448,12 +458,12 @@ def test_ended_jobs_in_a_window() -> None:
     assert (got["445", 0].nodes, got["445", 0].nodelist) == (0, None)
     assert got["430", 1].env()["SLURM_JOB_RESTART_COUNT"] == "1"
 
-    window, runs = (c for c in fake.calls if c[1] != "-e")
+    window, runs = fake.calls
     assert (arg(window, "-S"), arg(window, "-E")) == ("2026-12-01T23:22:50", "2026-12-01T23:26:40")
     assert arg(window, "-M") == "testcluster" and "-D" in window and "-X" in window
     assert set(arg(window, "-s").split(",")) >= {"COMPLETED", "FAILED", "NODE_FAIL", "TIMEOUT"}
     assert "RUNNING" not in arg(window, "-s") and "SLUID" not in arg(window, "-o")
-    assert fake.envs[1]["TZ"] == "UTC0"  # -S/-E in UTC: no ambiguous daylight-saving hour
+    assert fake.envs[0]["TZ"] == "UTC0"  # -S/-E in UTC: no ambiguous daylight-saving hour
     assert arg(runs, "-j").split(",") == ["432", "14", "429_1", "429_2", "429_6", "430", "445"]
 
 
@@ -465,7 +475,7 @@ def test_ended_jobs_asks_for_the_sluid_where_sacct_has_it() -> None:
     backend.ended_jobs(None, since, datetime.fromtimestamp(UNTIL, UTC))
     window = next(c for c in fake.calls if "-S" in c)
     assert arg(window, "-o").endswith(",SLUID") and "-M" not in window
-    assert fake.count("sacct", "-e") == 1
+    assert fake.fields_asked == 1
 
 
 def test_ended_jobs_raises_when_sacct_fails() -> None:

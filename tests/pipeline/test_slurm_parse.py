@@ -211,6 +211,8 @@ def test_a_job_name_cannot_forge_the_record_or_the_owner() -> None:
     text = d.join(["777", "/home/alice", forged_name, ""])
 
     def runner(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> Completed:
+        if argv[0].endswith("sacct") and list(argv[1:]) == ["-e"]:
+            return Completed(1, "", "sacct: error: Problem talking to the database")
         if argv[0].endswith("sacct"):
             fields = argv[argv.index("-o") + 1]
             return Completed(0, (text if "JobName" in fields else core) + "\n", "")
@@ -295,22 +297,36 @@ def test_an_ended_jobs_empty_gres_is_no_gpus_only_without_gpus_in_its_tres(
 
 
 @pytest.mark.parametrize(
-    ("env", "oversubscribe", "exclusive"),
+    ("env", "shown", "exclusive"),
     [
-        ({}, "OK", False),
-        ({}, "NO", True),
-        ({}, None, None),
-        ({"SLURM_JOB_OVERSUBSCRIBE": "NO"}, "OK", True),
-        ({"SLURM_JOB_EXCLUSIVE": "1"}, None, True),
-        ({"SLURM_JOB_EXCLUSIVE": "user"}, "NO", False),
+        ({}, {"OverSubscribe": "OK"}, False),
+        ({}, {"OverSubscribe": "NO"}, True),
+        ({}, {}, None),
+        ({"SLURM_JOB_OVERSUBSCRIBE": "NO"}, {"OverSubscribe": "OK"}, True),
+        ({"SLURM_JOB_EXCLUSIVE": "1"}, {}, True),
+        ({"SLURM_JOB_EXCLUSIVE": "user"}, {"OverSubscribe": "NO"}, False),
+        # what 24.11 printed (tests/slurm roots): sbatch, --exclusive, --oversubscribe
+        ({"SLURM_JOB_OVERSUBSCRIBE": "OK"}, {"OverSubscribe": "OK"}, False),
+        ({"SLURM_JOB_OVERSUBSCRIBE": "NO"}, {"OverSubscribe": "NO"}, True),
+        ({"SLURM_JOB_OVERSUBSCRIBE": "YES"}, {"OverSubscribe": "YES"}, False),
+        # what 26.05 printed: OverSubscribe=NO for every job not oversubscribing, exclusive
+        # use in Exclusive (NO, NODE); without the hook's environment (a reconciled job, an
+        # on-demand lookup) scontrol's Exclusive decides, never its OverSubscribe=NO
+        (
+            {"SLURM_JOB_EXCLUSIVE": "NO", "SLURM_JOB_OVERSUBSCRIBE": "NO"},
+            {"OverSubscribe": "NO", "Exclusive": "NO"},
+            False,
+        ),
+        ({}, {"OverSubscribe": "NO", "Exclusive": "NO"}, False),
+        ({}, {"OverSubscribe": "NO", "Exclusive": "NODE"}, True),
+        ({}, {"OverSubscribe": "YES", "Exclusive": "NO"}, False),
+        ({}, {"OverSubscribe": "NO", "Exclusive": "SOMETHING_NEW"}, None),
     ],
 )
 def test_exclusive_use_of_the_nodes(
-    env: dict[str, str], oversubscribe: str | None, exclusive: bool | None
+    env: dict[str, str], shown: dict[str, str], exclusive: bool | None
 ) -> None:
-    ctl = {"JobId": "9", "NodeList": "n1"}
-    if oversubscribe:
-        ctl["OverSubscribe"] = oversubscribe
+    ctl = {"JobId": "9", "NodeList": "n1", **shown}
     job = build_job_record(None, ctl, {"SLURM_JOB_ID": "9", **env})
     assert job.exclusive is exclusive
 
