@@ -22,6 +22,8 @@
 #                          fine: the test jobs mostly sleep)
 #   SLURM_FAKE_GPUS        gres/gpu devices the node offers (default 2): character devices with
 #                          NVIDIA's major number 195, so jobs get real GRES=gpu:N(IDX:...) records
+#   SLURM_FIRST_JOB_ID     FirstJobId (default 1): .ci/slurm-root.sh gives each root cluster
+#                          its own range, since all of them share the machine's kernel log
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +33,7 @@ TEST_USER=${SLURM_TEST_USER:-slurmtest}
 TEST_USER2=${SLURM_TEST_USER2:-slurmtest2}
 CPUS=${SLURM_CPUS:-8}
 NGPU=${SLURM_FAKE_GPUS:-2}
+FIRST_JOB_ID=${SLURM_FIRST_JOB_ID:-1}
 LIBEXEC=/usr/local/libexec/attribution-ci
 DBPASS=attribution-ci-db   # a loopback-only throwaway database
 START=$SECONDS
@@ -89,10 +92,20 @@ fi
 HOST=$(hostname -s) # slurmctld only starts when SlurmctldHost is this name
 
 # ------------------------------------------------------------------ directories and users
-mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /run/mysqld
+mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge
 chown slurm:slurm /var/spool/slurmctld /var/log/slurm
 chown munge:munge /run/munge
-chown mysql:root /run/mysqld
+# MariaDB's data and socket directories from its own configuration: Debian 12 and 13 use
+# /var/lib/mysql and /run/mysqld, sid /var/lib/mariadb and /run/mariadbd
+mysqld_option() { my_print_defaults --mysqld 2>/dev/null | sed -n "s/^--$1=//p" | tail -n 1; }
+DATADIR=$(mysqld_option datadir)
+DATADIR=${DATADIR:-/var/lib/mysql}
+SOCKET=$(mysqld_option socket)
+SOCKDIR=$(dirname "${SOCKET:-/run/mysqld/mysqld.sock}")
+mkdir -p "$SOCKDIR"
+chown mysql:root "$SOCKDIR"
+# a client library built for /run/mysqld (.ci/slurm-root.sh may bring bookworm's) finds the socket
+[ "$SOCKDIR" = /run/mysqld ] || [ -e /run/mysqld ] || ln -s "$SOCKDIR" /run/mysqld
 for u in "$TEST_USER" "$TEST_USER2"; do id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"; done
 
 # ------------------------------------------------------------------ the hook and its spool
@@ -112,9 +125,9 @@ retry_until 15 "munge" bash -c 'munge -n | unmunge'
 # ------------------------------------------------------------------ MariaDB
 if ! mariadb-admin ping >/dev/null 2>&1; then
     say "starting mariadbd"
-    [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql >/dev/null
+    [ -d "$DATADIR/mysql" ] || mariadb-install-db --user=mysql >/dev/null
     setsid /usr/sbin/mariadbd --user=mysql --bind-address=127.0.0.1 \
-        --pid-file=/run/mysqld/mysqld.pid --innodb-buffer-pool-size=64M \
+        --pid-file="$SOCKDIR/mysqld.pid" --innodb-buffer-pool-size=64M --loose-innodb-snapshot-isolation=OFF \
         </dev/null >>/var/log/slurm/mariadbd.log 2>&1 &
 fi
 retry_until 60 "mariadb" mariadb-admin ping
@@ -168,6 +181,7 @@ mem=$(awk '/MemTotal/ {m = int($2 / 2048); print (m > 8000 ? 8000 : m)}' /proc/m
 install_if_changed /etc/slurm/slurm.conf 0644 root:root <<EOC && ctld_changed=1
 # written by attribution's .ci/slurm-up.sh: one node, everything on loopback
 ClusterName=$CLUSTER
+FirstJobId=$FIRST_JOB_ID
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmUser=slurm
 AuthType=auth/munge

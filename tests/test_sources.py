@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import gzip
 import os
+import sys
 from pathlib import Path
 
-from backports import zstd
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:  # the same module, backported (PyPI backports.zstd)
+    from backports import zstd
 
 from attribution.bundle import load_bundle
 from attribution.jobrecord import job_from_dict

@@ -6,12 +6,14 @@ The tests skip, naming the reason, when no cluster is reachable; with
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,3 +134,50 @@ def wait_node_idle(node: str, timeout: float = 90) -> None:
             sh("scontrol", "update", f"nodename={node}", "state=resume", check=False)
         time.sleep(1)
     raise AssertionError(f"node {node} is {state!r}, not idle")
+
+
+@functools.cache
+def slurm_version() -> tuple[int, int]:
+    """The cluster's Slurm (major, minor), from ``sinfo -V`` (``slurm 22.05.8``, ``slurm-wlm
+    26.05.5``)."""
+    m = re.search(r"(\d+)\.(\d+)", sh("sinfo", "-V"))
+    assert m, "sinfo -V printed no version"
+    return int(m.group(1)), int(m.group(2))
+
+
+@functools.cache
+def has_sluids() -> bool:
+    """Whether the hook keys its spool entries by SLUID: EpilogSlurmctld gets
+    ``SLURM_JOB_SLUID`` from 25.11 on (24.11's sacct lists SLUIDs, but its hook sees none)."""
+    return slurm_version() >= (25, 11)
+
+
+def run_keys(provisional: Sequence[str]) -> list[str]:
+    """The spool and store keys of job runs named ``<cluster>_<job>[_<task>]_<restart>``:
+    those names themselves on a Slurm without SLUIDs (22.05, 24.11), else each run's SLUID,
+    from ``scontrol show job`` while slurmctld holds the job (it answers while slurmdbd is
+    down), else from sacct. The jobs must have started."""
+    if not has_sluids():
+        return list(provisional)
+    wanted: dict[str, tuple[str, int]] = {}
+    for key in provisional:
+        _, *ids, restart = key.split("_")
+        wanted[key] = ("_".join(ids), int(restart))
+    found: dict[tuple[str, int], str] = {}
+    for line in sh("scontrol", "show", "job", "-o", check=False).splitlines():
+        f = dict(re.findall(r"(\w+)=(\S*)", line))
+        if f.get("SLUID") and f.get("Restarts", "").isdecimal():
+            task = f.get("ArrayTaskId", "")
+            shown = f"{f['ArrayJobId']}_{task}" if task.isdecimal() else f.get("JobId", "")
+            found[(shown, int(f["Restarts"]))] = f["SLUID"]
+    missing = sorted({ids for ids in wanted.values() if ids not in found})
+    for i in range(0, len(missing), 200):
+        chunk = ",".join(dict.fromkeys(job for job, _ in missing[i : i + 200]))
+        rows = sh("sacct", "-a", "-n", "-X", "-D", "-P", "-j", chunk, "-o", "JobID,Restarts,SLUID")
+        for row in rows.splitlines():
+            job, restarts, sluid = row.split("|")
+            if restarts.isdecimal() and sluid:
+                found.setdefault((job, int(restarts)), sluid)
+    lost = [key for key, ids in wanted.items() if ids not in found]
+    assert not lost, f"no SLUID found for {lost[:5]}"
+    return [found[wanted[key]] for key in provisional]

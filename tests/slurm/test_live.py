@@ -31,6 +31,7 @@ import pytest
 from tests.slurm.conftest import (
     Cluster,
     fresh_start,
+    run_keys,
     sattr,
     sbatch,
     sh,
@@ -122,6 +123,7 @@ class Battery:
         self.write_config(self.config, self.settings)
         self.cluster = cluster
         self.ids: dict[str, str] = {}
+        self.keys: dict[str, str] = {}
         self.killed_key: str | None = None
         self.worker_log = ""
 
@@ -200,7 +202,10 @@ class Battery:
         self.worker_log = done.stderr
 
     def key(self, kind: str) -> str:
-        return f"testcluster_{self.ids[kind]}_0"
+        """The job's spool and store key (its SLUID where Slurm has them)."""
+        if kind not in self.keys:
+            (self.keys[kind],) = run_keys([f"testcluster_{self.ids[kind]}_0"])
+        return self.keys[kind]
 
     def wait_spooled(self, timeout: float = 60) -> None:
         end = time.monotonic() + timeout
@@ -238,8 +243,7 @@ def test_every_job_went_through_the_hook(battery: Battery) -> None:
     assert not [
         p
         for p in (spool / "failed").iterdir()
-        if p.name.startswith("testcluster_")
-        and p.name.removesuffix(".error") in {battery.key(k) for k in battery.ids}
+        if p.name.removesuffix(".error") in {battery.key(k) for k in battery.ids}
     ]
 
 

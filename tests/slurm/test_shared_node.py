@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.slurm.conftest import Cluster, fresh_start, sattr, sbatch, sh, wait_state
+from tests.slurm.conftest import Cluster, fresh_start, run_keys, sattr, sbatch, sh, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -131,7 +131,9 @@ class SharedNode:
         self.worker_log = sattr("worker", "--once", "--config", str(self.config)).stderr
 
     def key(self, kind: str) -> str:
-        return f"testcluster_{self.ids[kind]}_0"
+        """The job's spool and store key (its SLUID where Slurm has them)."""
+        (key,) = run_keys([f"testcluster_{self.ids[kind]}_0"])
+        return key
 
     def verdict(self, kind: str) -> dict[str, Any]:
         db = sqlite3.connect(self.store)

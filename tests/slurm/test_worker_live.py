@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from tests.slurm.conftest import Cluster, fresh_start, sh
+from tests.slurm.conftest import Cluster, fresh_start, run_keys, sh
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -93,7 +93,8 @@ class Site:
         self.proc = None
 
     def submit(self, n: int, *, array: int = 0, tag: str = "j") -> list[str]:
-        """Submit ``array`` array tasks and ``n - array`` single failing jobs; their keys."""
+        """Submit ``array`` array tasks and ``n - array`` single failing jobs; their names as
+        ``<cluster>_<job>[_<task>]_0`` (``run_keys`` gives the keys once they started)."""
         keys = []
         user = self.cluster.user
         if array:
@@ -223,6 +224,7 @@ def test_a_burst_of_500_jobs_gets_every_verdict_within_90_s_of_the_settle_delay(
 ) -> None:
     keys = site.submit(500, array=250, tag="burst")
     site.wait_ended("burst")
+    keys = run_keys(keys)
     rows = site.wait_verdicts(keys, timeout=SETTLE + 180)
     assert len(rows) == 500, f"{500 - len(rows)} verdict(s) missing"
     late = []
@@ -251,6 +253,7 @@ def test_jobs_the_hook_could_not_spool_are_found_by_reconciliation(site: Site) -
     with read_only(spool):
         keys = site.submit(50, array=20, tag="rospool")
         site.wait_ended("rospool")
+        keys = run_keys(keys)
         time.sleep(SETTLE + 4)  # the sweep runs meanwhile and cannot spool either
         assert not any((spool / "new" / k).exists() for k in keys)
         _, status = site.status()
@@ -267,6 +270,7 @@ def test_twenty_kill_9_during_a_drain_give_exactly_one_verdict_per_job(site: Sit
     site.stop()
     keys = site.submit(150, array=75, tag="killed")
     site.wait_ended("killed")
+    keys = run_keys(keys)
     time.sleep(SETTLE)
     spool = site.cluster.spool
     rng = random.Random(12)
@@ -308,8 +312,10 @@ def test_verdicts_keep_coming_while_slurmctld_is_down(site: Site) -> None:
     worker resolves and diagnoses them; scontrol is tried once, then left alone for a minute
     (before, every job waited for its own scontrol timeouts)."""
     site.stop()
-    keys = site.submit(20, array=10, tag="noctld")
+    names = site.submit(20, array=10, tag="noctld")
     site.wait_ended("noctld")
+    keys = run_keys(names)
+    singles = [k for k, name in zip(keys, names, strict=True) if name.count("_") == 2]
     spool = site.cluster.spool
     end = time.monotonic() + 60
     while time.monotonic() < end and not all((spool / "new" / k).exists() for k in keys):
@@ -325,7 +331,6 @@ def test_verdicts_keep_coming_while_slurmctld_is_down(site: Site) -> None:
             time.sleep(0.5)
         t0 = time.monotonic()
         site.start()
-        singles = [k for k in keys if k.count("_") == 2]  # <cluster>_<job>_<restart>
         rows = site.wait_verdicts(singles, timeout=120)
         took = time.monotonic() - t0
         assert len(rows) == 10, f"{10 - len(rows)} verdict(s) missing while slurmctld was down"
@@ -345,8 +350,9 @@ def test_an_admin_comment_that_failed_while_slurmdbd_was_down_is_written_later(
 ) -> None:
     slurmdbd_stop()
     try:
-        (key,) = site.submit(1, tag="nodbd")
+        (name,) = site.submit(1, tag="nodbd")
         site.wait_ended("nodbd")
+        (key,) = run_keys([name])  # from slurmctld: accounting is down
         rows = site.wait_verdicts([key], timeout=120)
         assert key in rows, "no verdict while slurmdbd was down"
         assert rows[key]["admin_comment_status"].startswith("error:"), rows[key]
@@ -354,7 +360,7 @@ def test_an_admin_comment_that_failed_while_slurmdbd_was_down_is_written_later(
         assert status["admin_comment"]["failing"] >= 1
     finally:
         slurmdbd_start()
-    job = key.split("_")[1]
+    job = name.split("_")[1]
     end = time.monotonic() + 180
     while time.monotonic() < end:
         row = site.verdicts([key])[key]
