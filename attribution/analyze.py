@@ -261,6 +261,7 @@ def analyze(
     findings = correlate(ruleset.correlations, history_too, job, identity, skew=options.skew)
     passed = job_passed(job)
     cov = _note_ownership(cov, job, assessment.notes)
+    cov = _note_fields_missing(cov, job)
     outcome = (
         Outcome(None, [], [])
         if passed
@@ -685,6 +686,15 @@ def _group(
             )
         )
     return out
+
+
+def _note_fields_missing(coverage: list[Coverage], job: JobRecord) -> list[Coverage]:
+    """Say on the job's output entries which sacct fields this Slurm refused (the job record
+    itself is read from sacct: what it lacks, the verdict did not have)."""
+    if not job.fields_missing:
+        return coverage
+    note = CoverageNote("slurm_fields_missing", {"fields": ", ".join(job.fields_missing)})
+    return [c.noted(note) if c.stream is Stream.JOB_STDOUT else c for c in coverage]
 
 
 def _note_ownership(

@@ -50,6 +50,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "gres_detail": ("gres_detail",),
     "gpu_bus_ids": ("gpu_bus_ids",),
     "other_jobs": ("other_jobs",),
+    "fields_missing": ("fields_missing",),
 }
 _MAPPINGS = ("node_addresses", "boot_times", "gres_detail", "gpu_bus_ids", "other_jobs")
 # a PCI address as the driver, nvidia-smi or lspci print it: [domain:]bus:device[.function]
@@ -174,6 +175,11 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
         elif key == "nodes":
             if value is not None and not isinstance(value, str | list):
                 raise bad(key, "must be a Slurm node list or a list of node names")
+        elif key == "fields_missing":
+            if value is not None and not (
+                isinstance(value, list) and all(isinstance(v, str) for v in value)
+            ):
+                raise bad(key, "must be a list of sacct field names")
         elif value is not None and (isinstance(value, bool) or not isinstance(value, _SCALARS)):
             raise bad(key, f"must be text or a number, not {type(value).__name__}")
     job_id = _get(data, "job_id")
@@ -253,6 +259,7 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
         gres_detail=gres_detail,
         gpu_bus_ids=bus_ids,
         other_jobs=others,
+        fields_missing=tuple(_get(data, "fields_missing") or ()),
     )
 
 

@@ -274,6 +274,8 @@ class JobRecord:
     gres_detail: Mapping[str, str] = field(default_factory=dict)
     gpu_bus_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     other_jobs: Mapping[str, tuple[OtherJob, ...]] | None = None
+    # sacct fields the site's Slurm refused ("Invalid field requested"): read without them
+    fields_missing: tuple[str, ...] = ()
 
     @property
     def display_id(self) -> str:
@@ -594,6 +596,8 @@ COVERAGE_NOTES: Mapping[str, str] = {
     "tail_only": "only the last {bytes} bytes were read (job_output.max_bytes)",
     # the analysis
     "ownership_unchecked": "ownership not checked: {why}",
+    "slurm_fields_missing": "this Slurm's sacct has no {fields}: the job record was read"
+    " without them",
     "folded": "{count} signal(s) beyond the per-node bound of distinct ranks or events were"
     " counted, but their rank and field detail was not kept",
     "regex_timeout": "{count} line(s) skipped by {rule}: its pattern ran out of time (after 20"

@@ -36,7 +36,7 @@ import subprocess
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -688,7 +688,7 @@ class CliBackend:
             # requeued job), its record would describe another run: wait for accounting
             if not _same_run(ctl, env or {}, None, latest=True):
                 raise records
-            return job
+            return self._noted(job)
         record = pick_record(records, spooled_at, (env or {}).get("SLURM_JOB_SLUID"))
         latest = record is None or record is records[-1]
         if record is not None and (raw := record.fields.get("JobIDRaw")):
@@ -717,7 +717,13 @@ class CliBackend:
         )
         if job.state not in FINAL_STATES:
             raise NotReady(f"job {query_id} is {job.state or 'in an unknown state'}, not ended")
-        return job
+        return self._noted(job)
+
+    def _noted(self, job: JobRecord) -> JobRecord:
+        """The record with the sacct fields this Slurm refused (its verdict says so)."""
+        if not self.missing_fields:
+            return job
+        return replace(job, fields_missing=tuple(sorted(self.missing_fields)))
 
     def _has_field(self, name: str) -> bool:
         """Whether ``sacct -e`` lists the field (read once; a failure reads as no, and is

@@ -11,9 +11,14 @@ from datetime import UTC, datetime
 
 import pytest
 
+from attribution.analyze import analyze
+from attribution.jobrecord import job_from_dict
+from attribution.model import Coverage, CoverageStatus, Stream, verdict_to_dict
 from attribution.reconcile import spool_key
+from attribution.rules.compiled import RuleSet
 from attribution.slurm.backend import JobRef
 from attribution.slurm.cli import DELIMITER, CliBackend, Completed
+from attribution.verdictjson import verdict_from_dict
 from tests.pipeline.conftest import FIXTURES
 
 FIELDS = {v: (FIXTURES / f"sacct-e-{v}.txt").read_text() for v in ("22.05", "24.11", "26.05")}
@@ -163,7 +168,7 @@ def test_a_field_sacct_refuses_is_left_out_and_named_once(
         job = backend.get_job(JobRef.from_env(env), env)
         again = backend.get_job(JobRef.from_env(env), env)
     assert job == again and job.state == "FAILED" and job.key == "s1H1M8TA88K400"
-    assert backend.missing_fields == {"AllocTRES"}
+    assert backend.missing_fields == {"AllocTRES"} and job.fields_missing == ("AllocTRES",)
     named = [r for r in caplog.records if "no field AllocTRES" in r.getMessage()]
     assert len(named) == 1
     refused = [c for c in slurm.calls if c[0] == "sacct" and "AllocTRES" in ",".join(c)]
@@ -230,3 +235,20 @@ def test_the_status_names_an_untested_slurm_and_the_fields_it_lacks() -> None:
     assert _counter_lines({"slurm": {**tested, "fields_missing": []}}) == [
         "Slurm 22.05 (cli backend)"
     ]
+
+
+def test_the_verdict_says_which_sacct_fields_were_missing(ruleset: RuleSet) -> None:
+    data = {"job_id": "1", "state": "FAILED", "exit_code": "1:0", "nodes": "n1"}
+    data |= {"start": "2026-12-02T02:45:02Z", "end": "2026-12-02T02:45:05Z"}
+    job = job_from_dict({**data, "fields_missing": ["AllocTRES", "Reason"]})
+    read = [Coverage(Stream.JOB_STDOUT, None, CoverageStatus.OK)]
+    verdict = analyze(job, [], ruleset, coverage=read)
+    (out,) = [c for c in verdict.coverage if c.stream is Stream.JOB_STDOUT]
+    assert [(n.code, dict(n.args)) for n in out.notes] == [
+        ("slurm_fields_missing", {"fields": "AllocTRES, Reason"})
+    ]
+    assert "this Slurm's sacct has no AllocTRES, Reason" in (out.reason or "")
+    again = verdict_from_dict(verdict_to_dict(verdict))
+    assert again.job.fields_missing == ("AllocTRES", "Reason")
+    plain = analyze(job_from_dict(data), [], ruleset, coverage=read)
+    assert not any(n.code == "slurm_fields_missing" for c in plain.coverage for n in c.notes)
