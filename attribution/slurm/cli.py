@@ -88,6 +88,7 @@ RUN_FIELDS = ("JobIDRaw", "Submit")
 # asked for only where ``sacct -e`` lists them (24.11+): each run's SLUID, and its number of
 # restarts (without it a run's number is counted from the Submit times of all runs)
 OPTIONAL_FIELDS = ("SLUID", "Restarts")
+OPTIONAL_SINCE = (24, 11)  # the first Slurm whose sacct has them all
 # sacct's refusal of a field it does not know (a renamed or removed one)
 _INVALID_FIELD = re.compile(r"Invalid field requested: \"?([A-Za-z]\w*)")
 _BATCHABLE = re.compile(r"^\d+(?:_\d+)?$")
@@ -376,6 +377,18 @@ class CliBackend:
         Raises:
             SlurmError: sacct failed otherwise, or refused every field.
         """
+        asked, out = self._sacct_raw(args, fields, env)
+        return parse_sacct(out, asked, delimiter=DELIMITER)
+
+    def _sacct_raw(
+        self, args: Sequence[str], fields: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> tuple[list[str], str]:
+        """``sacct ARGS -o FIELDS`` without the fields sacct refuses (``_sacct_fields_query``):
+        the fields asked for in the end, and sacct's output.
+
+        Raises:
+            SlurmError: sacct failed otherwise, or refused every field.
+        """
         asked = [f for f in fields if f not in self.missing_fields]
         while asked:
             try:
@@ -392,7 +405,7 @@ class CliBackend:
                 self._field_missing(bad)
                 asked.remove(bad)
                 continue
-            return parse_sacct(result.out, asked, delimiter=DELIMITER)
+            return asked, result.out
         raise SlurmError(f"sacct refused every field asked for: {', '.join(fields)}")
 
     def _field_missing(self, name: str) -> None:
@@ -405,8 +418,15 @@ class CliBackend:
             )
 
     def _optional(self, fields: Sequence[str]) -> tuple[str, ...]:
-        """``fields`` with each of OPTIONAL_FIELDS that this sacct lists."""
-        return (*fields, *(f for f in OPTIONAL_FIELDS if self._has_field(f)))
+        """``fields`` with each of OPTIONAL_FIELDS that this sacct lists; when ``sacct -e``
+        cannot tell (22.05's needs slurmdbd), those of a version known to have them (24.11+:
+        a 26.05 sweep keyed without SLUIDs would spool every job a second time)."""
+        listed = [f for f in OPTIONAL_FIELDS if self._has_field(f)]
+        if not self._sacct_fields:
+            version = self.version()
+            if version is not None and version >= OPTIONAL_SINCE:
+                listed = list(OPTIONAL_FIELDS)
+        return (*fields, *listed)
 
     def sacct(self, ref: JobRef) -> list[dict[str, str]]:
         """Every record of the job (all runs, ``-D``), allocation and step lines."""
@@ -438,20 +458,20 @@ class CliBackend:
         args = ["-P", "-n", "-D", f"--delimiter={DELIMITER}", "-j", ",".join(query_ids)]
         if cluster:
             args += ["-M", cluster]
-        args += ["-o", ",".join(SACCT_TEXT)]
-        out = self.run("sacct", args, ok=lambda r: r.rc == 0).out
+        asked, out = self._sacct_raw(args, SACCT_TEXT)
+        if not asked or asked[0] != "JobIDRaw":
+            return None  # no id to match the lines by: each job on its own
         lines = out.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
-        need = len(SACCT_TEXT) - 1
         if len(lines) != len(rows):
             return None
         texts: list[dict[str, str]] = []
         for line, row in zip(lines, rows, strict=True):
             parts = line.split(DELIMITER)
-            if len(parts) != need + 1 or parts[0] != row.get("JobIDRaw"):
+            if len(parts) != len(asked) or parts[0] != row.get("JobIDRaw"):
                 return None
-            texts.append(dict(zip(SACCT_TEXT, parts, strict=True)))
+            texts.append(dict(zip(asked, parts, strict=True)))
         return _first_texts(texts)
 
     def min_job_age(self) -> int:
@@ -758,7 +778,8 @@ class CliBackend:
         args += ["-S", _utc(since), "-E", _utc(until), "-s", ",".join(sorted(FINAL_STATES))]
         if cluster:
             args += ["-M", cluster]
-        rows = self._sacct_fields_query(args, self._optional(ENDED_FIELDS), env={"TZ": "UTC0"})
+        asked, text = self._sacct_raw(args, self._optional(ENDED_FIELDS), env={"TZ": "UTC0"})
+        rows = parse_sacct(text, asked, delimiter=DELIMITER)
         low, high = since.timestamp(), until.timestamp()
         kept: list[tuple[dict[str, str], str, str | None, str | None]] = []
         for row in rows:
@@ -774,7 +795,11 @@ class CliBackend:
             if task is not None and not task.isdecimal():
                 continue  # A_[1-5]: tasks that never started, no run of their own
             kept.append((row, raw, parsed[0] if task else None, task))
-        in_hook = any(row.get("SLUID") for row, *_ in kept) and self.hook_sees_sluids()
+        with_sluid = "SLUID" in asked and any(row.get("SLUID") for row, *_ in kept)
+        in_hook = bool(kept) and (with_sluid or "SLUID" not in asked) and self.hook_sees_sluids()
+        if in_hook and (bare := next((raw for row, raw, *_ in kept if not row.get("SLUID")), None)):
+            # the hook keyed these runs by SLUID: one keyed otherwise would be spooled twice
+            raise SlurmError(f"sacct gave no SLUID for job {bare}: the sweep waits")
         # 24.11+ numbers each run itself (Restarts); before, count the runs submitted earlier
         counted = bool(kept) and all(row.get("Restarts", "").isdecimal() for row, *_ in kept)
         earlier = {} if counted else self._earlier_runs(cluster, [(r, a, t) for _, r, a, t in kept])
@@ -828,10 +853,8 @@ class CliBackend:
             args = ["-a", "-X", "-D", "-P", "-n", f"--delimiter={DELIMITER}", "-j", ",".join(chunk)]
             if cluster:
                 args += ["-M", cluster]
-            args += ["-o", ",".join(RUN_FIELDS)]
-            result = self.run("sacct", args, ok=lambda r: r.rc == 0)
             mine = {ids[q] for q in chunk}
-            for row in parse_sacct(result.out, RUN_FIELDS, delimiter=DELIMITER):
+            for row in self._sacct_fields_query(args, RUN_FIELDS):
                 raw, submit = row.get("JobIDRaw", ""), row.get("Submit", "")
                 if raw in mine and submit.isdecimal():
                     out.setdefault(raw, []).append(int(submit))
@@ -896,9 +919,7 @@ class CliBackend:
         args += ["-S", _utc(start), "-E", _utc(end + timedelta(seconds=1))]
         if cluster:
             args += ["-M", cluster]
-        args += ["-o", ",".join(OTHER_FIELDS)]
-        result = self.run("sacct", args, ok=lambda r: r.rc == 0, env={"TZ": "UTC0"})
-        return parse_sacct(result.out, OTHER_FIELDS, delimiter=DELIMITER)
+        return self._sacct_fields_query(args, OTHER_FIELDS, env={"TZ": "UTC0"})
 
     def get_comment(self, job: JobRecord, field: CommentField) -> str | None:
         """The job's AdminComment/SystemComment now (newest record), ``None`` when empty."""
@@ -914,9 +935,7 @@ class CliBackend:
         """User, UID and AdminComment of a job (for ``sattr`` run by a user), or ``None``."""
         fields = ("JobID", "User", "UID", "State", "AdminComment")
         args = ["-X", "-P", "-n", f"--delimiter={DELIMITER}", "-j", ref.query_id]
-        args += ["-o", ",".join(fields)]
-        result = self.run("sacct", args, ok=lambda r: r.rc == 0)
-        rows = parse_sacct(result.out, fields, delimiter=DELIMITER)
+        rows = self._sacct_fields_query(args, fields)
         return rows[-1] if rows else None
 
     # ------------------------------------------------------------------ writing

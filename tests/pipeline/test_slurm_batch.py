@@ -42,8 +42,8 @@ SACCT_FIELDS_22_05 = (FIXTURES / "sacct-e-22.05.txt").read_text()
 
 class Fake:
     """A runner answering each Slurm command through ``answer`` and keeping every argv;
-    ``sacct -e`` (which fields sacct has) it answers itself, with 22.05's recorded list
-    unless given ``fields``, and does not keep."""
+    ``sacct -e`` (which fields sacct has) and ``sacct --version`` it answers itself, with
+    22.05's recorded list (unless given ``fields``) and version, and does not keep."""
 
     def __init__(
         self, answer: Callable[[list[str]], Completed], fields: str = SACCT_FIELDS_22_05
@@ -58,6 +58,8 @@ class Fake:
         if argv[0].endswith("sacct") and list(argv[1:]) == ["-e"]:
             self.fields_asked += 1
             return Completed(0, self.fields, "")
+        if argv[0].endswith("sacct") and list(argv[1:]) == ["--version"]:
+            return Completed(0, "slurm 22.05.8\n", "")
         self.calls.append(list(argv))
         self.envs.append(env)
         return self.answer(list(argv))

@@ -213,6 +213,8 @@ def test_a_job_name_cannot_forge_the_record_or_the_owner() -> None:
     def runner(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> Completed:
         if argv[0].endswith("sacct") and list(argv[1:]) == ["-e"]:
             return Completed(1, "", "sacct: error: Problem talking to the database")
+        if argv[0].endswith("sacct") and list(argv[1:]) == ["--version"]:
+            return Completed(0, "slurm 22.05.8\n", "")
         if argv[0].endswith("sacct"):
             fields = argv[argv.index("-o") + 1]
             return Completed(0, (text if "JobName" in fields else core) + "\n", "")

@@ -63,15 +63,20 @@ NOW = 1796179530.0  # within MinJobAge of both runs: scontrol is asked
 class Slurm:
     """A runner answering as one recorded version."""
 
-    def __init__(self, version: str, *, refuse: str | None = None) -> None:
+    def __init__(
+        self, version: str, *, refuse: str | None = None, fields_fail: bool = False
+    ) -> None:
         self.version = version
         self.refuse = refuse
+        self.fields_fail = fields_fail
         self.calls: list[list[str]] = []
 
     def __call__(self, argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> Completed:
         args = list(argv[1:])
         self.calls.append([argv[0], *args])
         if argv[0] == "sacct" and args == ["-e"]:
+            if self.fields_fail:  # slurmdbd down a moment
+                return Completed(1, "", "sacct: error: Problem talking to the database\n")
             return Completed(0, FIELDS[self.version], "")
         if argv[0] == "sacct" and args == ["--version"]:
             return Completed(0, VERSION[self.version], "")
@@ -181,6 +186,8 @@ def test_a_sacct_that_refuses_every_field_is_an_error() -> None:
     def runner(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> Completed:
         if list(argv[1:]) == ["-e"]:
             return Completed(1, "", "sacct: error: Problem talking to the database\n")
+        if list(argv[1:]) == ["--version"]:
+            return Completed(0, "slurm 22.05.8\n", "")
         fields = argv[list(argv).index("-o") + 1].split(",")
         return Completed(1, "", f'sacct: error: Invalid field requested: "{fields[0]}"\n')
 
@@ -252,3 +259,38 @@ def test_the_verdict_says_which_sacct_fields_were_missing(ruleset: RuleSet) -> N
     assert again.job.fields_missing == ("AllocTRES", "Reason")
     plain = analyze(job_from_dict(data), [], ruleset, coverage=read)
     assert not any(n.code == "slurm_fields_missing" for c in plain.coverage for n in c.notes)
+
+
+def test_a_26_05_sweep_keys_by_sluid_even_when_sacct_cannot_list_its_fields() -> None:
+    """``sacct -e`` failed a moment (it needs slurmdbd): the version says SLUID and Restarts
+    exist, so the sweep still asks for them and keys each run as the hook did; without them
+    every job would be spooled a second time under another key."""
+    slurm = Slurm("26.05", fields_fail=True)
+    backend = CliBackend(runner=slurm, retries=0, clock=lambda: NOW)
+    since, until = datetime.fromtimestamp(1796179000, UTC), datetime.fromtimestamp(1796180000, UTC)
+    ended = backend.ended_jobs(None, since, until)
+    assert [spool_key(e) for e in ended] == ["s1H1M8TA88K400", "s1H1M8TA8PFB00"]
+
+
+def test_a_26_05_sweep_without_sluids_waits_instead_of_keying_runs_otherwise() -> None:
+    from attribution.errors import SlurmError
+
+    backend = CliBackend(runner=Slurm("26.05", refuse="SLUID"), retries=0, clock=lambda: NOW)
+    since, until = datetime.fromtimestamp(1796179000, UTC), datetime.fromtimestamp(1796180000, UTC)
+    with pytest.raises(SlurmError, match="no SLUID for job 1: the sweep waits"):
+        backend.ended_jobs(None, since, until)
+
+
+@pytest.mark.parametrize("refused", ["WorkDir", "JobName", "AdminComment"])
+def test_a_refused_text_field_does_not_fail_a_batch(refused: str) -> None:
+    """The free texts of a batch (WorkDir, JobName, AdminComment) are one more sacct call: a
+    field it refuses is left out there too, not made the error of every job in the batch."""
+    slurm = Slurm("26.05", refuse=refused)
+    backend = CliBackend(runner=slurm, retries=0, clock=lambda: NOW)
+    envs = [
+        {"SLURM_JOB_ID": "1", "SLURM_JOB_SLUID": sluid, "SLURM_JOB_RESTART_COUNT": str(n)}
+        for n, sluid in enumerate(["s1H1M8TA88K400", "s1H1M8TA8PFB00"])
+    ]
+    out = backend.get_jobs([(JobRef.from_env(e), e, None) for e in envs])
+    assert [getattr(r, "key", r) for r in out] == ["s1H1M8TA88K400", "s1H1M8TA8PFB00"]
+    assert backend.missing_fields == {refused}
