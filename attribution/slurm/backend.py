@@ -133,7 +133,8 @@ class EndedJob:
     entry the hook would have written, and so the same key (``hookenv.key_from_env``).
 
     ``restart_count``: which run of the job this is (0 for the first; ``sacct -D`` lists
-    every run of a requeued job, oldest first, and 22.05-24.11 have no restart field).
+    every run of a requeued job, oldest first; sacct's ``Restarts`` from 24.11, counted from
+    the runs' Submit times before).
     ``end``: when it ended (UTC). ``nodes``: its node count (0 when it never ran).
     """
 
