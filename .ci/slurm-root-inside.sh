@@ -16,7 +16,7 @@ step() { # step NAME COMMAND...
 # Job ids start again at 1 in an empty accounting database.
 echo "fresh state" >/.attribution-ci-step
 rm -rf /var/spool/slurmctld /var/spool/slurmd /var/lib/mysql /var/lib/mariadb \
-    /var/tmp/attribution-ci /var/log/journal /var/log/slurm.previous
+    /var/tmp/attribution-ci /var/log/slurm.previous
 [ -d /var/log/slurm ] && mv /var/log/slurm /var/log/slurm.previous  # the last run's, to look at
 mkdir -p /var/lib/mysql /var/lib/mariadb
 chown mysql:mysql /var/lib/mysql /var/lib/mariadb

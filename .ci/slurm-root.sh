@@ -7,11 +7,22 @@
 #
 # Inside the root the host recipe runs unchanged: .ci/journal-up.sh, then .ci/slurm-up.sh
 # (with this repository's hook as EpilogSlurmctld), then the tests with the root's own Python.
+# When the host runs a journald (.ci/journal-up.sh, as .ci/run does first), the root uses it:
+# one journald per kernel, as on a real node (a second one would read the whole kernel ring
+# buffer again and stamp the host's old lines with its own start time).
 #
 #   .ci/slurm-root.sh build RELEASE        build the root, or reuse the cached one
 #   .ci/slurm-root.sh test RELEASE [ARGS]  build, start the cluster, run pytest --slow
-#                                          tests/slurm (or ARGS, given to pytest instead)
-#   .ci/slurm-root.sh shell RELEASE        a shell in the root, the cluster started
+#                                          tests/slurm (or ARGS, given to pytest instead:
+#                                          e.g. tests/slurm/test_versions_live.py -x)
+#   .ci/slurm-root.sh shell RELEASE        a shell in the root next to its running cluster
+#                                          (the tests: uv run pytest --slow tests/slurm)
+#
+# A run takes about 1.5 minutes to build a root (once), then 8 to 10 for tests/slurm. Each run
+# starts from an empty cluster; the previous run's Slurm logs stay in the root until the next
+# one, under $ATTRIBUTION_CI_CACHE/roots/RELEASE/var/log/slurm. Needs root, debootstrap (it
+# is installed when missing), unshare and ip (util-linux, iproute2). To stop a run, kill its
+# unshare process with SIGKILL: every process of the root ends with it.
 #
 # RELEASE is a Debian suite: trixie (Slurm 24.11) or sid (Slurm 26.05 at the time of
 # writing); the Slurm version is whatever the suite carries (sinfo -V is printed).
@@ -178,6 +189,11 @@ enter() {
         mount -t tmpfs -o mode=0755 tmpfs "$root/run"
         mkdir -p "$root$src"
         mount --bind "$repo" "$root$src"
+        if [ "$JOURNALD_OUTSIDE" = 1 ]; then
+            mkdir -p "$root/run/systemd/journal" "$root/run/log/journal"
+            mount --bind /run/systemd/journal "$root/run/systemd/journal"
+            [ ! -d /run/log/journal ] || mount --bind /run/log/journal "$root/run/log/journal"
+        fi
         hostname "ci-$release"
         ip link set lo up
         # a non-loopback address: getaddrinfo(AI_ADDRCONFIG), which slurmdbd 24.11+ uses to
@@ -191,6 +207,16 @@ enter() {
     ' _ "$ROOT" "$SRC" "$REPO" "$RELEASE" "$inner" "$@"
 }
 
+# whether the host (not another root) runs a journald the root can use
+host_journald() {
+    local p
+    [ -S /run/systemd/journal/dev-log ] || return 1
+    for p in $(pgrep -x systemd-journal); do
+        [ "$(readlink "/proc/$p/root")" = / ] && return 0
+    done
+    return 1
+}
+
 build_root
 [ "$ACTION" = build ] && exit 0
 SLURM_VERSION=$(chroot "$ROOT" dpkg-query -W -f='Slurm ${Version}' slurmctld 2>/dev/null || echo "Slurm ?")
@@ -200,10 +226,18 @@ say "$SLURM_VERSION, $(chroot "$ROOT" python3 -V): starting the cluster and the 
 # job ids of their own: the roots and the host share one kernel log, whose OOM-kill lines
 # name jobs by id (job_42 of one cluster must not read as job_42 of another)
 first_job_id=$(( ($(printf '%s' "$RELEASE" | cksum | cut -d' ' -f1) % 90 + 10) * 100000 ))
+JOURNALD_OUTSIDE=0
+if host_journald; then JOURNALD_OUTSIDE=1; fi
+export JOURNALD_OUTSIDE
+rm -f "$ROOT/.attribution-ci-step"
 rc=0
-enter env SLURM_FIRST_JOB_ID="$first_job_id" bash "$SRC/.ci/slurm-root-inside.sh" "$ACTION" "$@" || rc=$?
-case $rc in
-    0) say "passed" ;;
-    10) STEP=$(cat "$ROOT/.attribution-ci-step" 2>/dev/null || echo "set-up"); fail "see the output above" ;;
-    *) fail "pytest exited $rc" ;;
+enter env SLURM_FIRST_JOB_ID="$first_job_id" JOURNALD_OUTSIDE="$JOURNALD_OUTSIDE" \
+    bash "$SRC/.ci/slurm-root-inside.sh" "$ACTION" "$@" || rc=$?
+STEP=$(cat "$ROOT/.attribution-ci-step" 2>/dev/null || echo "entering the root (unshare, mounts, chroot)")
+case $rc:$STEP:$ACTION in
+    0:*:shell) say "shell ended" ;;
+    0:*) say "passed" ;;
+    *:tests:shell) say "shell ended (exit $rc)" ;;
+    *:tests:*) fail "pytest exited $rc" ;;
+    *) fail "exited $rc (see the output above)" ;;
 esac

@@ -155,8 +155,9 @@ def has_sluids() -> bool:
 def run_keys(provisional: Sequence[str]) -> list[str]:
     """The spool and store keys of job runs named ``<cluster>_<job>[_<task>]_<restart>``:
     those names themselves on a Slurm without SLUIDs (22.05, 24.11), else each run's SLUID,
-    from ``scontrol show job`` while slurmctld holds the job (it answers while slurmdbd is
-    down), else from sacct. The jobs must have started."""
+    from ``scontrol show job`` while slurmctld holds the job, else from sacct. A run slurmctld
+    shows without a SLUID while accounting is down (26.05 gives a job no SLUID until slurmdbd
+    has it: the hook sees none either) keeps its name. The jobs must have started."""
     if not has_sluids():
         return list(provisional)
     wanted: dict[str, tuple[str, int]] = {}
@@ -171,6 +172,10 @@ def run_keys(provisional: Sequence[str]) -> list[str]:
             shown = f"{f['ArrayJobId']}_{task}" if task.isdecimal() else f.get("JobId", "")
             found[(shown, int(f["Restarts"]))] = f["SLUID"]
     missing = sorted({ids for ids in wanted.values() if ids not in found})
+    probe = ["sacct", "-n", "-X", "-S", "now-1minutes"]
+    if missing and subprocess.run(probe, capture_output=True, timeout=30).returncode != 0:
+        # slurmdbd is down: runs without a SLUID in slurmctld were spooled under their name
+        return [found.get(ids, key) for key, ids in wanted.items()]
     for i in range(0, len(missing), 200):
         chunk = ",".join(dict.fromkeys(job for job, _ in missing[i : i + 200]))
         rows = sh("sacct", "-a", "-n", "-X", "-D", "-P", "-j", chunk, "-o", "JobID,Restarts,SLUID")

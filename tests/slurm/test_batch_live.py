@@ -26,13 +26,14 @@ FINAL = r"COMPLETED|FAILED|OUT_OF_MEMORY|TIMEOUT|CANCELLED.*|NODE_FAIL"
 
 
 class Counting:
-    """The real runner, counting the commands per tool (but ``sacct -e``)."""
+    """The real runner, counting the commands per tool (but ``sacct -e`` and ``--version``)."""
 
     def __init__(self) -> None:
         self.tools: list[str] = []
 
     def __call__(self, argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> Completed:
-        if list(argv[1:]) != ["-e"]:  # which fields sacct has: asked once per backend
+        # which fields sacct has and its version: asked once per backend
+        if list(argv[1:]) not in (["-e"], ["--version"]):
             self.tools.append(argv[0].rsplit("/", 1)[-1])
         return run_command(argv, timeout, env)
 

@@ -358,9 +358,11 @@ def test_killed_worker_gives_exactly_one_verdict(battery: Battery) -> None:
     # the worker claims a whole batch at once: every entry it held is recovered, not one
     assert re.search(r"recovered [1-9]\d* entr\(ies\) left in work/", battery.worker_log)
     db = sqlite3.connect(battery.store)
+    # the entry held may be the job that completed 0:0: dropped, no verdict
+    once = 0 if battery.killed_key == battery.key("ok") else 1
     assert db.execute(
         "SELECT count(*) FROM verdicts WHERE key = ?", [battery.killed_key]
-    ).fetchone() == (1,)
+    ).fetchone() == (once,)
     keys = [battery.key(k) for k in battery.ids if k != "ok"]
     counts = dict(db.execute("SELECT key, count(*) FROM verdicts GROUP BY key").fetchall())
     assert {k: counts.get(k) for k in keys} == dict.fromkeys(keys, 1)
