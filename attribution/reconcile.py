@@ -289,6 +289,10 @@ def sweep(
         listed = backend.ended_jobs(cluster, since - overlap, until)
     except SlurmError as exc:
         return done(SweepResult(name, since, until, error=str(exc)))
+    except Exception as exc:  # a bug met on odd accounting data: this sweep's error, not the
+        # worker's end (it would stop again at every start, the window never passing)
+        problem = f"internal error {type(exc).__name__} reading what ended: {exc}"
+        return done(SweepResult(name, since, until, error=problem))
     ended = sorted(
         (job for job in listed if since - overlap <= _utc(job.end) < until),
         key=lambda j: (_utc(j.end), j.job_id),

@@ -1001,7 +1001,7 @@ def _value(value: Any) -> str:
 
 def render_text(status: Status) -> str:
     """The operator's view: one block per section, then the problems (or ``healthy``);
-    terminal control characters in it are shown as ``\\xNN``."""
+    terminal control characters in it, and newlines within a line, are shown as ``\\xNN``."""
     lines: list[str] = []
 
     def put(label: str, *texts: str) -> None:
@@ -1027,7 +1027,10 @@ def render_text(status: Status) -> str:
         lines += [f"  - {p}" for p in status.problems]
     else:
         lines.append("healthy")
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", "\n".join(lines))
+    # one line each: a newline in what the worker or a store reported (its heartbeat, an
+    # error) would start a line of its own that only looks like the status's
+    text = "\n".join(line.replace("\n", "\\x0a") for line in lines)
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _worker_lines(status: Status) -> list[str]:

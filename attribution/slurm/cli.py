@@ -44,16 +44,14 @@ from attribution.errors import AttributionError, SlurmError
 from attribution.hostlist import HostlistError, compress, expand
 from attribution.model import JobRecord, OtherJob
 from attribution.slurm.backend import FINAL_STATES, CommentField, EndedJob, JobRef, NotReady
-from attribution.slurm.parse import (
-    NODE_GRES,
-    SacctRecord,
-    group_steps,
-    parse_node_gres,
-    parse_sacct,
-    parse_scontrol,
-    split_jobid,
+from attribution.slurm.parse import SacctRecord, group_steps, parse_sacct, split_jobid
+from attribution.slurm.resolve import (
+    SACCT_FIELDS,
+    SACCT_TEXT,
+    build_job_record,
+    pick_record,
+    read_scontrol,
 )
-from attribution.slurm.resolve import SACCT_FIELDS, SACCT_TEXT, build_job_record, pick_record
 
 DELIMITER = "\x1f"  # ASCII unit separator: never in the fields we ask for
 OTHER_FIELDS = ("JobIDRaw", "Start", "End", "NodeList", "User")
@@ -150,9 +148,20 @@ def _sharers(
 
 
 def _epoch(text: str | None) -> datetime | None:
-    """sacct's time (SLURM_TIME_FORMAT=%s: epoch seconds); None for Unknown/None."""
+    """sacct's time (SLURM_TIME_FORMAT=%s: epoch seconds); None for Unknown/None and for a
+    number no time has."""
+    value = _number(text)
+    try:
+        return datetime.fromtimestamp(value, UTC) if value is not None else None
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _number(text: str | None) -> int | None:
+    """A count or epoch time as sacct prints it (ASCII digits, at most 18), else None: a
+    longer one no Slurm prints, and Python reads none past 4,300 digits (ValueError)."""
     value = (text or "").strip()
-    return datetime.fromtimestamp(int(value), UTC) if value.isdecimal() else None
+    return int(value) if value.isascii() and value.isdecimal() and len(value) <= 18 else None
 
 
 _VERSION = re.compile(r"(\d+)\.(\d+)")
@@ -183,18 +192,21 @@ def _same_run(
     ctl: Mapping[str, str], env: Mapping[str, str], record: SacctRecord | None, *, latest: bool
 ) -> bool:
     """Whether slurmctld's record (always the job's latest run) describes the run asked for:
-    the same SLUID where both are known (25.11+), else the same restart count as the
-    spooled environment or the accounting record says; when neither says, whether the run
-    asked for is the latest one accounting has (``latest``)."""
+    not another SLUID where both are known (25.11+), and the same restart count as the
+    spooled environment or the accounting record says (a record showing none is no run's);
+    when neither says one, the same SLUID, else whether the run asked for is the latest one
+    accounting has (``latest``). A SLUID alone is not enough: before 25.11 scontrol prints
+    none, and one in its text is a job's own (a comment imitating ``SLUID=``)."""
     ctl_sluid = (ctl.get("SLUID") or "").strip()
     acct = record.fields if record is not None else {}
-    sluid = env.get("SLURM_JOB_SLUID") or acct.get("SLUID") or ""
-    if ctl_sluid and sluid:
-        return ctl_sluid == sluid
-    run = env.get("SLURM_JOB_RESTART_COUNT") or acct.get("Restarts") or ""
-    if not run.strip():
-        return latest
-    return (ctl.get("Restarts") or "0").strip() == run.strip()
+    sluid = (env.get("SLURM_JOB_SLUID") or acct.get("SLUID") or "").strip()
+    if ctl_sluid and sluid and ctl_sluid != sluid:
+        return False
+    run = (env.get("SLURM_JOB_RESTART_COUNT") or acct.get("Restarts") or "").strip()
+    if run:
+        shown = _number(ctl.get("Restarts"))
+        return shown is not None and shown == _number(run)
+    return bool(ctl_sluid and sluid) or latest
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterator[list[str]]:
@@ -306,6 +318,7 @@ class CliBackend:
         self._sacct_fields: frozenset[str] | None = None  # what ``sacct -e`` lists
         self._fields_retry_at = 0.0  # when to ask ``sacct -e`` again after it failed
         self._version: tuple[int, int] | None = None
+        self._version_retry_at = 0.0  # when to ask ``sacct --version`` again after it failed
         self.missing_fields: set[str] = set()  # fields this sacct refused
 
     def _tool(self, name: str) -> str:
@@ -514,8 +527,9 @@ class CliBackend:
         )
         return not gone and self.clock() >= self._ctl_down_until
 
-    def _ctl_ask(self, ref: JobRef) -> dict[str, str] | None:
-        """One ``scontrol show job -d -o``: the parsed job, or ``None`` (not held, failed)."""
+    def _ctl_ask(self, ref: JobRef, name: str | None = None) -> dict[str, str] | None:
+        """One ``scontrol show job -d -o``: the job read with ``read_scontrol`` (``name``: the
+        job's name where known), or ``None`` (not held, failed, or not safely readable)."""
         try:
             result = self.run(
                 "scontrol",
@@ -533,9 +547,7 @@ class CliBackend:
             return None
         if result.rc != 0 or not result.out.strip():
             return None
-        out = parse_scontrol(result.out)
-        out[NODE_GRES] = "\n".join(f"{n}\t{g}" for n, g in parse_node_gres(result.out).items())
-        return out
+        return read_scontrol(result.out, name)
 
     def scontrol(self, ref: JobRef, *, ended: str | None = None) -> dict[str, str] | None:
         """``scontrol show job -d -o`` while slurmctld still holds the job, else ``None``.
@@ -690,8 +702,9 @@ class CliBackend:
             spooled = str(int(spooled_at)) if spooled_at is not None and spooled_at > 0 else None
             if query_id not in ctl_seen and not self._ctl_wanted(spooled):
                 raise records
-            ctl = ctl_seen[query_id] if query_id in ctl_seen else self._ctl_ask(ref)
-            ctl_seen[query_id] = ctl
+            if query_id not in ctl_seen:
+                ctl_seen[query_id] = self._ctl_ask(ref, (env or {}).get("SLURM_JOB_NAME"))
+            ctl = ctl_seen[query_id]
             if ctl is None:
                 raise records
             job = build_job_record(
@@ -709,7 +722,10 @@ class CliBackend:
             if not _same_run(ctl, env or {}, None, latest=True):
                 raise records
             return self._noted(job)
-        record = pick_record(records, spooled_at, (env or {}).get("SLURM_JOB_SLUID"))
+        run = env or {}  # the spooled run: its SLUID and restart count name it
+        record = pick_record(
+            records, spooled_at, run.get("SLURM_JOB_SLUID"), run.get("SLURM_JOB_RESTART_COUNT")
+        )
         latest = record is None or record is records[-1]
         if record is not None and (raw := record.fields.get("JobIDRaw")):
             text = texts[key]
@@ -722,7 +738,10 @@ class CliBackend:
         elif query_id in ctl_seen:  # another run of the same job in this batch
             ctl = ctl_seen[query_id]
         else:
-            ctl = ctl_seen[query_id] = self._ctl_ask(ref)
+            name = (env or {}).get("SLURM_JOB_NAME") or (record.fields if record else {}).get(
+                "JobName"
+            )
+            ctl = ctl_seen[query_id] = self._ctl_ask(ref, name)
         if ctl is not None and not _same_run(ctl, env or {}, record, latest=latest):
             ctl = None  # the job ran again since: its GPUs and flags are the new run's
         if record is None and ctl is None:
@@ -756,6 +775,7 @@ class CliBackend:
                 self._sacct_fields = frozenset(result.out.split())
             except SlurmError:
                 self._sacct_fields = frozenset()
+            if not self._sacct_fields:  # failed, or listed nothing: not asked again at once
                 self._fields_retry_at = self.clock() + FIELDS_RETRY
         return name in self._sacct_fields
 
@@ -785,7 +805,8 @@ class CliBackend:
         for row in rows:
             end, raw = row.get("End", ""), row.get("JobIDRaw", "")
             parsed = split_jobid(row.get("JobID", ""))
-            if not (end.isdecimal() and low <= int(end) < high and raw.isdecimal()):
+            ended = _number(end)
+            if ended is None or not low <= ended < high or not raw.isdecimal():
                 continue
             if (row.get("State") or "").split(" ", 1)[0] not in FINAL_STATES:
                 continue
@@ -801,15 +822,15 @@ class CliBackend:
             # the hook keyed these runs by SLUID: one keyed otherwise would be spooled twice
             raise SlurmError(f"sacct gave no SLUID for job {bare}: the sweep waits")
         # 24.11+ numbers each run itself (Restarts); before, count the runs submitted earlier
-        counted = bool(kept) and all(row.get("Restarts", "").isdecimal() for row, *_ in kept)
+        counted = bool(kept) and all(_number(row.get("Restarts")) is not None for row, *_ in kept)
         earlier = {} if counted else self._earlier_runs(cluster, [(r, a, t) for _, r, a, t in kept])
         out: list[EndedJob] = []
         for row, raw, array_job, task in kept:
-            submit = row.get("Submit", "")
-            restarts = row.get("Restarts", "")
+            submit = _number(row.get("Submit"))
+            restarts = _number(row.get("Restarts")) or 0
             nodelist = row.get("NodeList") or ""
             ran = nodelist not in ("", "None assigned", "(null)")  # else it never started
-            nnodes = row.get("NNodes", "")
+            nnodes = _number(row.get("NNodes"))
             out.append(
                 EndedJob(
                     job_id=raw,
@@ -822,14 +843,12 @@ class CliBackend:
                     uid=row.get("UID") or None,
                     array_job_id=array_job,
                     array_task_id=task,
-                    restart_count=int(restarts)
+                    restart_count=restarts
                     if counted
-                    else sum(
-                        1 for s in earlier.get(raw, ()) if submit.isdecimal() and s < int(submit)
-                    ),
+                    else sum(1 for s in earlier.get(raw, ()) if submit is not None and s < submit),
                     sluid=row.get("SLUID") or None,
                     sluid_in_hook=in_hook,
-                    nodes=int(nnodes) if ran and nnodes.isdecimal() else 0,
+                    nodes=nnodes if ran and nnodes is not None else 0,
                     nodelist=nodelist if ran else None,
                     partition=row.get("Partition") or None,
                 )
@@ -855,9 +874,9 @@ class CliBackend:
                 args += ["-M", cluster]
             mine = {ids[q] for q in chunk}
             for row in self._sacct_fields_query(args, RUN_FIELDS):
-                raw, submit = row.get("JobIDRaw", ""), row.get("Submit", "")
-                if raw in mine and submit.isdecimal():
-                    out.setdefault(raw, []).append(int(submit))
+                raw, submit = row.get("JobIDRaw", ""), _number(row.get("Submit"))
+                if raw in mine and submit is not None:
+                    out.setdefault(raw, []).append(submit)
         return out
 
     def other_jobs(
@@ -956,16 +975,17 @@ class CliBackend:
 
     def version(self) -> tuple[int, int] | None:
         """The local Slurm's (major, minor) from ``sacct --version``, or ``None`` (asked once;
-        a failure is asked again next time)."""
-        if self._version is None:
+        a failure, or an answer without a version, is asked again after ``FIELDS_RETRY``
+        seconds, not once per job)."""
+        if self._version is None and self.clock() >= self._version_retry_at:
+            self._version_retry_at = self.clock() + FIELDS_RETRY
             try:
                 result = self.run("sacct", ["--version"], ok=lambda r: r.rc == 0, retries=0)
             except SlurmError:
                 return None
             m = _VERSION.search(result.out)
-            if not m:
-                return None
-            self._version = (int(m.group(1)), int(m.group(2)))
+            if m:
+                self._version = (int(m.group(1)), int(m.group(2)))
         return self._version
 
     def _sluid_is_key(
@@ -974,9 +994,11 @@ class CliBackend:
         record: SacctRecord | None,
         ctl: Mapping[str, str] | None,
     ) -> bool:
-        """Whether a SLUID Slurm shows for a run looked up without the hook's one is its key
-        (asks the version only when there is such a SLUID)."""
-        if (env or {}).get("SLURM_JOB_SLUID"):
+        """Whether a SLUID Slurm shows for a run looked up by id (no spool entry) is its key
+        (asks the version only when there is such a SLUID). A spool entry names its key
+        itself: its SLUID, else ``<cluster>_<job>_<restart>`` also where accounting shows a
+        SLUID the hook did not get (a job that started before the upgrade to 25.11+)."""
+        if (env or {}).get("SLURM_JOB_SLUID") or (env or {}).get("SLURM_JOB_ID"):
             return False
         shown = (record.fields.get("SLUID") if record else None) or (ctl or {}).get("SLUID")
         return bool(shown) and self.hook_sees_sluids()

@@ -16,6 +16,7 @@ Pure functions. Precedence, per fact:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -72,30 +73,165 @@ def _val(data: Mapping[str, str] | None, key: str) -> str | None:
 
 
 def pick_record(
-    records: list[SacctRecord], spooled_at: float | None, sluid: str | None = None
+    records: list[SacctRecord],
+    spooled_at: float | None,
+    sluid: str | None = None,
+    restarts: str | None = None,
 ) -> SacctRecord | None:
     """Choose the run the spool entry describes among ``sacct -D`` records.
 
-    Where Slurm gives runs SLUIDs (25.11+), the record with the spooled run's SLUID is that
-    run. Otherwise the hook ran when the job ended, so the record whose End (epoch seconds)
-    is closest to ``spooled_at`` is that run; without a spool time (or without usable End
-    times) the newest record wins.
+    ``sluid`` and ``restarts`` name the spooled run (``SLURM_JOB_SLUID``,
+    ``SLURM_JOB_RESTART_COUNT``). A record that names another run (another SLUID, or another
+    ``Restarts`` count, where both sides say one) is never that run. Among the others, the
+    record with the spooled run's SLUID (25.11+) is that run; else the hook ran when the job
+    ended, so the record whose End (epoch seconds) is closest to ``spooled_at`` is; without a
+    spool time (or without usable End times) the newest one.
+
+    Returns:
+        The record, or None when there is none or every record is another run's (accounting
+        has not recorded the spooled run yet: its records reach slurmdbd late).
     """
-    if not records:
+    runs = [r for r in records if not _other_run(r.fields, sluid, restarts)]
+    if not runs:
         return None
     if sluid:
-        for r in records:
+        for r in runs:
             if r.fields.get("SLUID") == sluid:
                 return r
     if spooled_at is not None:
         timed = [
             (abs(float(end) - spooled_at), i)
-            for i, r in enumerate(records)
+            for i, r in enumerate(runs)
             if (end := r.fields.get("End", "")).isdecimal()
         ]
         if timed:
-            return records[min(timed)[1]]
-    return records[-1]
+            return runs[min(timed)[1]]
+    return runs[-1]
+
+
+def _other_run(fields: Mapping[str, str], sluid: str | None, restarts: str | None) -> bool:
+    """Whether an accounting record names a run other than the one with ``sluid`` and
+    ``restarts`` (a SLUID where both have one, else a restart count where both have one)."""
+    shown = (fields.get("SLUID") or "").strip()
+    if sluid and shown:
+        return shown != sluid.strip()
+    count, run = _count(fields.get("Restarts")), _count(restarts)
+    return count is not None and run is not None and count != run
+
+
+def _count(text: str | None) -> str | None:
+    """A count as Slurm prints it, without leading zeros (``"007"`` -> ``"7"``), or None
+    for anything else (empty, negative, not ASCII digits)."""
+    value = (text or "").strip()
+    return (value.lstrip("0") or "0") if value.isascii() and value.isdecimal() else None
+
+
+# The keys of ``scontrol show job -o`` a record is read by: which job and run it is, whose,
+# how and when it ended, its files, and whether it had its nodes to itself. Slurm prints each
+# at most once and quotes no value (src/api/job_info.c), so a job's own free text (its name,
+# comment, command, work directory, output paths) can imitate any `` Key=value``; the name is
+# printed before all of these keys, the others after most of them.
+_READ_KEYS = frozenset(
+    {
+        "ArrayJobId",
+        "ArrayTaskId",
+        "JobName",
+        "SLUID",
+        "UserId",
+        "Account",
+        "JobState",
+        "Reason",
+        "Restarts",
+        "ExitCode",
+        "DerivedExitCode",
+        "StartTime",
+        "EndTime",
+        "TimeLimit",
+        "Partition",
+        "NodeList",
+        "BatchHost",
+        "TRES",
+        "OverSubscribe",
+        "Exclusive",
+        "WorkDir",
+        "AdminComment",
+        "StdErr",
+        "StdOut",
+    }
+)
+# the keys Slurm prints before the job name (an array task's, a heterogeneous job's), and where
+# parse_scontrol finds a key and a per-node GRES group
+_BEFORE_NAME = ("ArrayJobId", "ArrayTaskId")
+_NAME_AT = re.compile(
+    r"JobId=\d+ (?:ArrayJobId=\d+ ArrayTaskId=\S+ (?:ArrayTaskThrottle=\d+ )?"
+    r"|HetJobId=\d+ HetJobOffset=\d+ )?JobName="
+)
+_KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
+_NODE_GROUP = re.compile(r"(?:^|\s)Nodes=(\S+) CPU_IDs=")
+
+
+def read_scontrol(text: str, name: str | None = None) -> dict[str, str] | None:
+    """One job of ``scontrol show job -d -o``: its ``Key=value`` pairs (``parse_scontrol``)
+    with the per-node GRES under ``NODE_GRES``.
+
+    ``name``: the job's name where known (the hook's environment, accounting): where the text
+    shows it whole after ``JobName=``, it is read as that one value, whatever `` Key=`` or
+    newline it holds (a name such as ``sweep lr=0.1`` is no key).
+
+    Returns:
+        The pairs, or None when the job's own text imitates Slurm's keys where that would
+        change what is read: a key of ``_READ_KEYS`` printed twice, an array key after the job
+        name, a node in two per-node GRES groups, or a line after the first that is not a job
+        of its own (a newline in the name). The job is then read without slurmctld's record.
+    """
+    unnamed = _without_name(text.strip(), name)
+    text = unnamed if unnamed is not None else text.strip()
+    lines = text.split("\n")
+    if any(not line.startswith("JobId=") for line in lines[1:]):
+        return None
+    keys = [m.group(1) for m in _KEY.finditer(lines[0])]
+    counts = Counter(keys)
+    if any(counts[key] > 1 for key in _READ_KEYS):
+        return None
+    name_at = keys.index("JobName") if "JobName" in keys else len(keys)
+    if any(key in _BEFORE_NAME for key in keys[name_at:]):
+        return None
+    seen: set[str] = set()
+    for m in _NODE_GROUP.finditer(lines[0]):
+        try:
+            nodes = expand(m.group(1))
+        except HostlistError:
+            return None
+        if seen.intersection(nodes):
+            return None
+        seen.update(nodes)
+    out = parse_scontrol(text)
+    if unnamed is not None:
+        out["JobName"] = (name or "").strip()
+    out[NODE_GRES] = "\n".join(f"{n}\t{g}" for n, g in parse_node_gres(text).items())
+    return out
+
+
+def _without_name(text: str, name: str | None) -> str | None:
+    """``text`` with the job's name replaced by ``-``, where it shows ``name`` whole right
+    after ``JobName=`` (then a space, a newline or the end); else None."""
+    at = _NAME_AT.match(text)
+    if not name or at is None or not text.startswith(name, at.end()):
+        return None
+    end = at.end() + len(name)
+    if text[end : end + 1] not in ("", " ", "\n"):
+        return None
+    return f"{text[: at.end()]}-{text[end:]}"
+
+
+def _named(ctl: Mapping[str, str] | None, name: str | None) -> bool:
+    """Whether slurmctld's record shows the job's whole name (``name``: the one slurmctld gave
+    the hook, or accounting's; None or empty: not known). A name holding `` Key=`` or a
+    newline is cut where the record is read, and what follows the cut is the name's text, not
+    Slurm's keys."""
+    if ctl is None or not (name or "").strip():
+        return True
+    return (ctl.get("JobName") or "").strip() == (name or "").strip()
 
 
 # OverSubscribe as scontrol prints it (and SLURM_JOB_OVERSUBSCRIBE) up to 24.11: only NO is
@@ -112,21 +248,31 @@ def _exclusive(env: Mapping[str, str], ctl: Mapping[str, str] | None) -> bool | 
     """Whether the job had its nodes to itself: 26.05's ``SLURM_JOB_EXCLUSIVE`` (in the
     EpilogSlurmctld environment) or scontrol's ``Exclusive``, else 24.11's
     ``SLURM_JOB_OVERSUBSCRIBE`` or scontrol's ``OverSubscribe`` while the job is in memory;
-    None when none says (or says something unknown)."""
+    None when none says (or says something unknown), and when scontrol's Exclusive says yes
+    without its OverSubscribe=NO (a job's own text imitating a field its Slurm lacks)."""
     exclusive = [env.get("SLURM_JOB_EXCLUSIVE"), ctl.get("Exclusive") if ctl else None]
-    for text in exclusive:
+    for i, text in enumerate(exclusive):
         value = (text or "").strip().lower()
         if value in _TRUE:
-            return True
+            # scontrol's Exclusive only with its OverSubscribe=NO, as 26.05 prints both for an
+            # exclusive job: on a Slurm without the field, a job's text imitating it leaves the
+            # real OverSubscribe as it was
+            return True if i == 0 or _oversubscribe(_val(ctl, "OverSubscribe")) else None
         if value in _FALSE:
             return False
     if any(text is not None for text in exclusive):
         return None  # 26.05+ with a value not known here: OverSubscribe would mislead
     for text in (env.get("SLURM_JOB_OVERSUBSCRIBE"), _val(ctl, "OverSubscribe")):
-        word = (text or "").strip().upper().split(":", 1)[0]
-        if word in _OVERSUBSCRIBE_EXCLUSIVE:
-            return _OVERSUBSCRIBE_EXCLUSIVE[word]
+        said = _oversubscribe(text)
+        if said is not None:
+            return said
     return None
+
+
+def _oversubscribe(text: str | None) -> bool | None:
+    """Exclusive use as an OverSubscribe value says it (``NO``: True), None when unknown."""
+    word = (text or "").strip().upper().split(":", 1)[0]
+    return _OVERSUBSCRIBE_EXCLUSIVE.get(word)
 
 
 def _tres_gpus(tres: str | None) -> int | None:
@@ -174,10 +320,9 @@ def with_allocation(job: JobRecord, text: str) -> JobRecord:
 
     The start-time GRES wins: once a job has ended, Slurm 22.05's scontrol still lists it but
     prints an empty ``GRES=`` for every node (the GPUs were given back)."""
-    ctl = parse_scontrol(text)
-    if ctl.get("JobId") != job.job_id:
+    ctl = read_scontrol(text, job.name)
+    if ctl is None or ctl.get("JobId") != job.job_id or not _named(ctl, job.name):
         return job
-    ctl[NODE_GRES] = "\n".join(f"{n}\t{g}" for n, g in parse_node_gres(text).items())
     gres = {**job.gres_detail, **_gres_detail(ctl, set(job.nodes), empty_is_none=True)}
     exclusive = job.exclusive if job.exclusive is not None else _exclusive({}, ctl)
     return replace(job, gres_detail=gres, exclusive=exclusive)
@@ -209,11 +354,17 @@ def build_job_record(
     accounting or slurmctld is the run's key where the environment has none (a job looked up
     by id); 24.11's sacct lists SLUIDs its hook never sees, and there they are not used.
 
+    slurmctld's record (``ctl``, best read with ``read_scontrol``) is left out when its job
+    name is not the job's whole name (the environment's or accounting's): a name holding
+    `` Key=`` or a newline would have made the rest of the name look like Slurm's keys.
+
     Raises:
         BundleError: when no source names a job id.
     """
     acct = record.fields if record else None
     env = env or {}
+    if not _named(ctl, env.get("SLURM_JOB_NAME") or (acct or {}).get("JobName")):
+        ctl = None  # what the record shows after the job's name is the name's own text
     data: dict[str, Any] = {"timezone": timezone}
 
     def first(*values: str | None) -> str | None:
@@ -255,7 +406,7 @@ def build_job_record(
     data["uid"] = first(
         env.get("SLURM_JOB_UID"), _val(acct, "UID"), uid_match.group(1) if uid_match else None
     )
-    data["name"] = first(_val(acct, "JobName"), _val(ctl, "JobName"), env.get("SLURM_JOB_NAME"))
+    data["name"] = first(_val(acct, "JobName"), env.get("SLURM_JOB_NAME"), _val(ctl, "JobName"))
     data["account"] = first(
         _val(acct, "Account"), _val(ctl, "Account"), env.get("SLURM_JOB_ACCOUNT")
     )
@@ -318,4 +469,11 @@ def build_job_record(
     return job_from_dict(data, source="slurm")
 
 
-__all__ = ["SACCT_FIELDS", "SACCT_TEXT", "build_job_record", "pick_record", "with_allocation"]
+__all__ = [
+    "SACCT_FIELDS",
+    "SACCT_TEXT",
+    "build_job_record",
+    "pick_record",
+    "read_scontrol",
+    "with_allocation",
+]
