@@ -4,10 +4,6 @@
 # (/dev/kmsg: the kernel transport, which users cannot write) and /dev/log (syslog: anyone can),
 # and records which is which: the trusted kernel source the live tests read.
 # Safe to run again. Must run as root.
-#
-# JOURNALD_OUTSIDE=1 (set by .ci/slurm-root.sh): a journald outside this PID namespace (the
-# host's, one per kernel as on a real node) serves the sockets under /run/systemd/journal,
-# bind-mounted in; none is started here, only checked.
 set -euo pipefail
 say() { printf '[journal-up] %s\n' "$*"; }
 [ "$(id -u)" = 0 ] || { say "ERROR: run me as root"; exit 1; }
@@ -18,9 +14,7 @@ for p in /lib/systemd/systemd-journald /usr/lib/systemd/systemd-journald; do
 done
 [ -n "$JOURNALD" ] || { say "ERROR: systemd-journald not found (Debian package systemd)"; exit 1; }
 
-if [ "${JOURNALD_OUTSIDE:-0}" = 1 ]; then
-    [ -S /run/systemd/journal/dev-log ] || { say "ERROR: JOURNALD_OUTSIDE=1 but no /run/systemd/journal/dev-log"; exit 1; }
-elif [ ! -S /run/systemd/journal/dev-log ] || ! pgrep -x systemd-journal >/dev/null; then
+if [ ! -S /run/systemd/journal/dev-log ] || ! pgrep -x systemd-journal >/dev/null; then
     say "starting $JOURNALD"
     mkdir -p /run/systemd/journal
     [ -s /etc/machine-id ] || systemd-machine-id-setup >/dev/null 2>&1 || true

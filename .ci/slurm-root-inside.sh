@@ -20,6 +20,29 @@ rm -rf /var/spool/slurmctld /var/spool/slurmd /var/lib/mysql /var/lib/mariadb \
 [ -d /var/log/slurm ] && mv /var/log/slurm /var/log/slurm.previous  # the last run's, to look at
 mkdir -p /var/lib/mysql /var/lib/mariadb
 chown mysql:mysql /var/lib/mysql /var/lib/mariadb
+# journald reads the kernel ring buffer from the sequence number in this file on: the next
+# one, so that the host's (and other roots') old kernel lines are not recorded again now
+kernel_seqnum() {
+    mkdir -p /run/systemd/journal
+    python3 - <<'EOP'
+import os
+import struct
+
+fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+last = -1
+while True:
+    try:
+        record = os.read(fd, 16384)
+    except BlockingIOError:
+        break  # read to the end
+    except BrokenPipeError:
+        continue  # a record overwritten while reading: go on with the next
+    last = int(record.split(b";", 1)[0].split(b",")[1])
+with open("/run/systemd/journal/kernel-seqnum", "wb") as out:
+    out.write(struct.pack("<Q", last + 1))
+EOP
+}
+step "kernel ring buffer position" kernel_seqnum
 step "journald (.ci/journal-up.sh)" bash "$SRC/.ci/journal-up.sh"
 step "Slurm (.ci/slurm-up.sh)" bash "$SRC/.ci/slurm-up.sh"
 echo tests >/.attribution-ci-step

@@ -7,9 +7,10 @@
 #
 # Inside the root the host recipe runs unchanged: .ci/journal-up.sh, then .ci/slurm-up.sh
 # (with this repository's hook as EpilogSlurmctld), then the tests with the root's own Python.
-# When the host runs a journald (.ci/journal-up.sh, as .ci/run does first), the root uses it:
-# one journald per kernel, as on a real node (a second one would read the whole kernel ring
-# buffer again and stamp the host's old lines with its own start time).
+# The root's journald (its node name is the root's) records kernel lines from its start on
+# only, as a node's journald that has run all along: it is told the kernel ring buffer's next
+# sequence number first (else it reads the whole buffer again and stamps the host's old lines,
+# OOM kills of other clusters' jobs among them, with its own start time).
 #
 #   .ci/slurm-root.sh build RELEASE        build the root, or reuse the cached one
 #   .ci/slurm-root.sh test RELEASE [ARGS]  build, start the cluster, run pytest --slow
@@ -189,11 +190,6 @@ enter() {
         mount -t tmpfs -o mode=0755 tmpfs "$root/run"
         mkdir -p "$root$src"
         mount --bind "$repo" "$root$src"
-        if [ "$JOURNALD_OUTSIDE" = 1 ]; then
-            mkdir -p "$root/run/systemd/journal" "$root/run/log/journal"
-            mount --bind /run/systemd/journal "$root/run/systemd/journal"
-            [ ! -d /run/log/journal ] || mount --bind /run/log/journal "$root/run/log/journal"
-        fi
         hostname "ci-$release"
         ip link set lo up
         # a non-loopback address: getaddrinfo(AI_ADDRCONFIG), which slurmdbd 24.11+ uses to
@@ -207,15 +203,6 @@ enter() {
     ' _ "$ROOT" "$SRC" "$REPO" "$RELEASE" "$inner" "$@"
 }
 
-# whether the host (not another root) runs a journald the root can use
-host_journald() {
-    local p
-    [ -S /run/systemd/journal/dev-log ] || return 1
-    for p in $(pgrep -x systemd-journal); do
-        [ "$(readlink "/proc/$p/root")" = / ] && return 0
-    done
-    return 1
-}
 
 build_root
 [ "$ACTION" = build ] && exit 0
@@ -226,13 +213,10 @@ say "$SLURM_VERSION, $(chroot "$ROOT" python3 -V): starting the cluster and the 
 # job ids of their own: the roots and the host share one kernel log, whose OOM-kill lines
 # name jobs by id (job_42 of one cluster must not read as job_42 of another)
 first_job_id=$(( ($(printf '%s' "$RELEASE" | cksum | cut -d' ' -f1) % 90 + 10) * 100000 ))
-JOURNALD_OUTSIDE=0
-if host_journald; then JOURNALD_OUTSIDE=1; fi
-export JOURNALD_OUTSIDE
 rm -f "$ROOT/.attribution-ci-step"
 rc=0
-enter env SLURM_FIRST_JOB_ID="$first_job_id" JOURNALD_OUTSIDE="$JOURNALD_OUTSIDE" \
-    bash "$SRC/.ci/slurm-root-inside.sh" "$ACTION" "$@" || rc=$?
+enter env SLURM_FIRST_JOB_ID="$first_job_id" bash "$SRC/.ci/slurm-root-inside.sh" "$ACTION" "$@" ||
+    rc=$?
 STEP=$(cat "$ROOT/.attribution-ci-step" 2>/dev/null || echo "entering the root (unshare, mounts, chroot)")
 case $rc:$STEP:$ACTION in
     0:*:shell) say "shell ended" ;;
