@@ -1111,10 +1111,10 @@ def _counter_lines(info: dict[str, Any]) -> list[str]:
 def _slurm_line(slurm: dict[str, Any]) -> str:
     """The worker's Slurm in words: version, backend, keys, untested, fields missing."""
     version = slurm.get("version")
-    text = f"Slurm {_value(version) if version else '(version unknown)'}"
+    text = f"Slurm {_value(version) if version else '(version unknown: sacct --version failed)'}"
     text += f" ({_value(slurm.get('backend'))} backend)"
     text += ", runs keyed by SLUID" if slurm.get("sluid_keys") is True else ""
-    if slurm.get("tested") is False:
+    if version and slurm.get("tested") is False:
         text += ", not a version attribution is tested on"
     missing = slurm.get("fields_missing")
     if isinstance(missing, list) and missing:

@@ -688,10 +688,20 @@ class Worker:
         info = self._slurm_about()
         if info is None:
             return
-        version = info.get("version") or "of unknown version"
-        keys = "runs keyed by SLUID" if info.get("sluid_keys") else "runs keyed by job id"
-        log.info("Slurm %s (%s backend), %s", version, info.get("backend"), keys)
-        if not info.get("tested"):
+        version = info.get("version")
+        keys = "SLUID" if info.get("sluid_keys") else "<cluster>_<job>_<restart>"
+        log.info(
+            "Slurm %s (%s backend), runs keyed by %s",
+            version or "of unknown version",
+            info.get("backend"),
+            keys,
+        )
+        if not version:
+            log.warning(
+                "cannot tell the Slurm version ('sacct --version' failed: is slurm.bin_dir"
+                " right?); runs are keyed as before 25.11"
+            )
+        elif not info.get("tested"):
             log.warning(
                 "Slurm %s is not a version attribution is tested on (22.05, 24.11, 26.05):"
                 " trying it; sacct fields it lacks are named here (docs/compatibility.md)",

@@ -320,6 +320,8 @@ class CliBackend:
         self._version: tuple[int, int] | None = None
         self._version_retry_at = 0.0  # when to ask ``sacct --version`` again after it failed
         self.missing_fields: set[str] = set()  # fields this sacct refused
+        self._refused_at: dict[str, float] = {}  # when; asked again after FIELDS_RETRY
+        self._named: set[str] = set()  # fields already logged as missing
 
     def _tool(self, name: str) -> str:
         return os.path.join(self.bin_dir, name) if self.bin_dir else name
@@ -402,6 +404,11 @@ class CliBackend:
         Raises:
             SlurmError: sacct failed otherwise, or refused every field.
         """
+        now = self.clock()
+        for name, when in list(self._refused_at.items()):
+            if now - when >= FIELDS_RETRY:  # asked again now and then: sacct may be mended
+                del self._refused_at[name]
+                self.missing_fields.discard(name)
         asked = [f for f in fields if f not in self.missing_fields]
         while asked:
             try:
@@ -422,8 +429,11 @@ class CliBackend:
         raise SlurmError(f"sacct refused every field asked for: {', '.join(fields)}")
 
     def _field_missing(self, name: str) -> None:
+        self._refused_at[name] = self.clock()
         if name not in self.missing_fields:
             self.missing_fields.add(name)
+        if name not in self._named:
+            self._named.add(name)
             log.warning(
                 "sacct of this Slurm has no field %s: jobs are read without it"
                 " (docs/compatibility.md)",
@@ -816,11 +826,14 @@ class CliBackend:
             if task is not None and not task.isdecimal():
                 continue  # A_[1-5]: tasks that never started, no run of their own
             kept.append((row, raw, parsed[0] if task else None, task))
-        with_sluid = "SLUID" in asked and any(row.get("SLUID") for row, *_ in kept)
-        in_hook = bool(kept) and (with_sluid or "SLUID" not in asked) and self.hook_sees_sluids()
-        if in_hook and (bare := next((raw for row, raw, *_ in kept if not row.get("SLUID")), None)):
-            # the hook keyed these runs by SLUID: one keyed otherwise would be spooled twice
-            raise SlurmError(f"sacct gave no SLUID for job {bare}: the sweep waits")
+        in_hook = bool(kept) and self.hook_sees_sluids()
+        if in_hook and "SLUID" not in asked:
+            # the hook keyed these runs by SLUID: keyed otherwise, each would be spooled twice
+            raise SlurmError(
+                "sacct gives no SLUID field now, and runs are keyed by it: the sweep waits"
+            )
+        # a row without one is a run that had none when it ended (26.05: it ran while slurmdbd
+        # was down), which the hook keyed <cluster>_<job>_<restart>, as its env() does
         # 24.11+ numbers each run itself (Restarts); before, count the runs submitted earlier
         counted = bool(kept) and all(_number(row.get("Restarts")) is not None for row, *_ in kept)
         earlier = {} if counted else self._earlier_runs(cluster, [(r, a, t) for _, r, a, t in kept])

@@ -64,9 +64,15 @@ class Slurm:
     """A runner answering as one recorded version."""
 
     def __init__(
-        self, version: str, *, refuse: str | None = None, fields_fail: bool = False
+        self,
+        version: str,
+        *,
+        refuse: str | None = None,
+        fields_fail: bool = False,
+        rows: str | None = None,
     ) -> None:
         self.version = version
+        self.rows = REQUEUED.get(version, "") if rows is None else rows
         self.refuse = refuse
         self.fields_fail = fields_fail
         self.calls: list[list[str]] = []
@@ -88,7 +94,7 @@ class Slurm:
         if self.refuse and self.refuse in fields:
             return Completed(1, "", f'sacct: error: Invalid field requested: "{self.refuse}"\n')
         rows = []
-        for line in REQUEUED.get(self.version, "").splitlines():
+        for line in self.rows.splitlines():
             values = dict(zip(ASKED.split(","), line.split("|"), strict=True))
             if "-S" in args and (values["State"] == "REQUEUED" or "." in values["JobID"]):
                 continue
@@ -277,8 +283,40 @@ def test_a_26_05_sweep_without_sluids_waits_instead_of_keying_runs_otherwise() -
 
     backend = CliBackend(runner=Slurm("26.05", refuse="SLUID"), retries=0, clock=lambda: NOW)
     since, until = datetime.fromtimestamp(1796179000, UTC), datetime.fromtimestamp(1796180000, UTC)
-    with pytest.raises(SlurmError, match="no SLUID for job 1: the sweep waits"):
+    with pytest.raises(SlurmError, match="no SLUID field now, and runs are keyed by it"):
         backend.ended_jobs(None, since, until)
+
+
+def test_a_26_05_run_without_a_sluid_is_keyed_as_the_hook_keyed_it() -> None:
+    """26.05 gives a job that ran while slurmdbd was down no SLUID (seen in the live tests):
+    the hook keyed it ``<cluster>_<job>_<restart>``, and so does the sweep; it does not wait
+    for a SLUID that may never come (its watermark would stay put)."""
+    first = REQUEUED["26.05"].splitlines()[0]
+    slurm = Slurm("26.05", rows=first.replace("s1H1M8TA88K400", "") + "\n")
+    backend = CliBackend(runner=slurm, retries=0, clock=lambda: NOW)
+    since = datetime.fromtimestamp(1796179000, UTC)
+    ended = backend.ended_jobs(None, since, datetime.fromtimestamp(1796180000, UTC))
+    assert [spool_key(e) for e in ended] == ["testcluster_1_0"]
+
+
+def test_a_refused_field_is_asked_again_after_a_while() -> None:
+    """A sacct that refused a field (a mistake mended later, a slurmdbd mid-upgrade) is asked
+    for it again after FIELDS_RETRY seconds, not never again; the log names it once."""
+    from attribution.slurm.cli import FIELDS_RETRY
+
+    now = [NOW]
+    slurm = Slurm("26.05", refuse="AllocTRES")
+    backend = CliBackend(runner=slurm, retries=0, clock=lambda: now[0])
+    backend.sacct(JobRef(job_id="1"))
+    assert backend.missing_fields == {"AllocTRES"}
+    slurm.refuse = None
+    backend.sacct(JobRef(job_id="1"))
+    assert backend.missing_fields == {"AllocTRES"}  # not asked yet
+    now[0] += FIELDS_RETRY
+    backend.sacct(JobRef(job_id="1"))
+    assert backend.missing_fields == set()
+    last = [c for c in slurm.calls if "-j" in c][-1]
+    assert "AllocTRES" in last[last.index("-o") + 1]
 
 
 @pytest.mark.parametrize("refused", ["WorkDir", "JobName", "AdminComment"])
