@@ -717,14 +717,7 @@ class CliBackend:
             ctl = ctl_seen[query_id]
             if ctl is None:
                 raise records
-            job = build_job_record(
-                None,
-                ctl,
-                env,
-                timezone=self.timezone,
-                ref_cluster=ref.cluster,
-                sluid_is_key=self._sluid_is_key(env, None, ctl),
-            )
+            job = self._build(ref, None, ctl, env)
             if job.state not in FINAL_STATES:
                 raise records
             # slurmctld holds only the job's latest run: when that is not the spooled one (a
@@ -756,7 +749,20 @@ class CliBackend:
             ctl = None  # the job ran again since: its GPUs and flags are the new run's
         if record is None and ctl is None:
             raise NotReady(f"job {query_id} is not in sacct or scontrol (yet)")
-        job = build_job_record(
+        job = self._build(ref, record, ctl, env)
+        if job.state not in FINAL_STATES:
+            raise NotReady(f"job {query_id} is {job.state or 'in an unknown state'}, not ended")
+        return self._noted(job)
+
+    def _build(
+        self,
+        ref: JobRef,
+        record: SacctRecord | None,
+        ctl: Mapping[str, str] | None,
+        env: Mapping[str, str] | None,
+    ) -> JobRecord:
+        """``build_job_record`` with this backend's time zone and SLUID keying."""
+        return build_job_record(
             record,
             ctl,
             env,
@@ -764,9 +770,6 @@ class CliBackend:
             ref_cluster=ref.cluster,
             sluid_is_key=self._sluid_is_key(env, record, ctl),
         )
-        if job.state not in FINAL_STATES:
-            raise NotReady(f"job {query_id} is {job.state or 'in an unknown state'}, not ended")
-        return self._noted(job)
 
     def _noted(self, job: JobRecord) -> JobRecord:
         """The record with the sacct fields this Slurm refused (its verdict says so)."""

@@ -136,6 +136,21 @@ def wait_node_idle(node: str, timeout: float = 90) -> None:
     raise AssertionError(f"node {node} is {state!r}, not idle")
 
 
+def requeue_and_wait(job: str, timeout: float = 90) -> list[str]:
+    """Requeue an ended job, start it at once and wait for its second run to fail; the
+    States of both runs (``sacct -D``)."""
+    sh("scontrol", "requeue", job)  # a finished job runs again
+    sh("scontrol", "update", f"jobid={job}", "StartTime=now")  # no 2 minutes' delay
+    end = time.monotonic() + timeout
+    runs: list[str] = []
+    while time.monotonic() < end:
+        runs = sh("sacct", "-n", "-X", "-D", "-P", "-j", job, "-o", "State").split()
+        if len(runs) == 2 and runs[1] == "FAILED":
+            return runs
+        time.sleep(0.5)
+    raise AssertionError(f"job {job} did not run again: {runs}")
+
+
 @functools.cache
 def slurm_version() -> tuple[int, int]:
     """The cluster's Slurm (major, minor), from ``sinfo -V`` (``slurm 22.05.8``, ``slurm-wlm

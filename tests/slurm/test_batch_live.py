@@ -18,7 +18,7 @@ from attribution.errors import SlurmError
 from attribution.model import JobRecord
 from attribution.slurm.backend import FINAL_STATES, JobRef
 from attribution.slurm.cli import CliBackend, Completed, run_command
-from tests.slurm.conftest import Cluster, sbatch, sh, wait_state
+from tests.slurm.conftest import Cluster, requeue_and_wait, sbatch, wait_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -62,17 +62,7 @@ def test_batched_lookup_and_sweep_on_real_jobs(cluster: Cluster, out: Path) -> N
     for job in plain:
         wait_state(job, FINAL)
     wait_state(requeued, FINAL)
-    sh("scontrol", "requeue", requeued)  # a finished job runs again: its first run is REQUEUED
-    sh("scontrol", "update", f"jobid={requeued}", "StartTime=now")  # no 2 minutes' delay
-    wait_state(requeued, "PENDING|RUNNING|" + FINAL)
-    end = time.monotonic() + 90
-    while time.monotonic() < end:
-        runs = sh("sacct", "-n", "-X", "-D", "-P", "-j", requeued, "-o", "State").split()
-        if len(runs) == 2 and runs[1] == "FAILED":
-            break
-        time.sleep(0.5)
-    else:
-        raise AssertionError(f"job {requeued} did not run again: {runs}")
+    runs = requeue_and_wait(requeued)  # its first run: REQUEUED up to 24.11, FAILED on 26.05
     until = datetime.fromtimestamp(int(time.time()) + 2, UTC)
 
     queries = [f"{array}_1", f"{array}_2", f"{array}_3", array, *plain, requeued]

@@ -30,6 +30,7 @@ from tests.slurm.conftest import (
     Cluster,
     fresh_start,
     has_sluids,
+    requeue_and_wait,
     run_keys,
     sattr,
     sbatch,
@@ -134,17 +135,7 @@ def run(cluster: Cluster) -> Run:
     wait_spooled(cluster.spool, list(r.keys.values()))
     worker_once(r)
     # the requeued job runs again: a second run, a second verdict
-    sh("scontrol", "requeue", requeued)
-    sh("scontrol", "update", f"jobid={requeued}", "StartTime=now")
-    end = time.monotonic() + 90
-    while time.monotonic() < end:
-        runs = sh("sacct", "-n", "-X", "-D", "-P", "-j", requeued, "-o", "State").split()
-        if len(runs) == 2 and runs[1] == "FAILED":
-            break
-        time.sleep(0.5)
-    else:
-        raise AssertionError(f"job {requeued} did not run again: {runs}")
-    r.first_run_state = runs[0]
+    r.first_run_state = requeue_and_wait(requeued)[0]
     (second,) = run_keys([f"testcluster_{requeued}_1"])
     r.requeued_keys = [r.keys["requeued"], second]
     wait_spooled(cluster.spool, [second])
