@@ -136,6 +136,29 @@ def wait_node_idle(node: str, timeout: float = 90) -> None:
     raise AssertionError(f"node {node} is {state!r}, not idle")
 
 
+_EXPORT = re.compile(r"^export (SLURM_\w+)='([^']*)'$", re.MULTILINE)
+
+
+def _spooled_keys(runs: set[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """(job id or ``A_T``, restart count) -> the key the hook spooled that run under, for the
+    entries of ``runs`` in the CI spool (any state)."""
+    found: dict[tuple[str, int], str] = {}
+    for sub in ("new", "work", "done", "failed"):
+        for entry in (SPOOL / sub).iterdir():
+            if entry.name.startswith(".") or entry.name.endswith(".error"):
+                continue
+            try:
+                env = dict(_EXPORT.findall(entry.read_text(errors="replace")))
+            except OSError:
+                continue
+            task = env.get("SLURM_ARRAY_TASK_ID")
+            shown = f"{env.get('SLURM_ARRAY_JOB_ID')}_{task}" if task else env.get("SLURM_JOB_ID")
+            restart = env.get("SLURM_JOB_RESTART_COUNT", "0")
+            if shown and restart.isdecimal() and (shown, int(restart)) in runs:
+                found[(shown, int(restart))] = entry.name
+    return found
+
+
 def requeue_and_wait(job: str, timeout: float = 90) -> list[str]:
     """Requeue an ended job, start it at once and wait for its second run to fail; the
     States of both runs (``sacct -D``)."""
@@ -169,23 +192,24 @@ def has_sluids() -> bool:
 
 def run_keys(provisional: Sequence[str]) -> list[str]:
     """The spool and store keys of job runs named ``<cluster>_<job>[_<task>]_<restart>``:
-    those names themselves on a Slurm without SLUIDs (22.05, 24.11), else each run's SLUID,
-    from ``scontrol show job`` while slurmctld holds the job, else from sacct. A run slurmctld
-    shows without a SLUID while accounting is down (26.05 gives a job no SLUID until slurmdbd
-    has it: the hook sees none either) keeps its name. The jobs must have started."""
+    those names themselves on a Slurm without SLUIDs (22.05, 24.11), else the key the hook
+    gave each run (its entry in the spool), else the run's SLUID from ``scontrol show job``
+    while slurmctld holds the job, else from sacct (as reconciliation keys a run the hook could
+    not spool). A run with none of these while accounting is down keeps its name. The jobs
+    must have started."""
     if not has_sluids():
         return list(provisional)
     wanted: dict[str, tuple[str, int]] = {}
     for key in provisional:
         _, *ids, restart = key.split("_")
         wanted[key] = ("_".join(ids), int(restart))
-    found: dict[tuple[str, int], str] = {}
+    found: dict[tuple[str, int], str] = _spooled_keys(set(wanted.values()))
     for line in sh("scontrol", "show", "job", "-o", check=False).splitlines():
         f = dict(re.findall(r"(\w+)=(\S*)", line))
         if f.get("SLUID") and f.get("Restarts", "").isdecimal():
             task = f.get("ArrayTaskId", "")
             shown = f"{f['ArrayJobId']}_{task}" if task.isdecimal() else f.get("JobId", "")
-            found[(shown, int(f["Restarts"]))] = f["SLUID"]
+            found.setdefault((shown, int(f["Restarts"])), f["SLUID"])  # the spool's first
     missing = sorted({ids for ids in wanted.values() if ids not in found})
     probe = ["sacct", "-n", "-X", "-S", "now-1minutes"]
     if missing and subprocess.run(probe, capture_output=True, timeout=30).returncode != 0:
