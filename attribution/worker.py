@@ -683,7 +683,7 @@ class Worker:
             return None
         return info if isinstance(info, dict) else None
 
-    def _about_slurm(self) -> None:
+    def _log_slurm(self) -> None:
         """Log which Slurm this is, and warn when CI does not test that version."""
         info = self._slurm_about()
         if info is None:
@@ -776,7 +776,7 @@ class Worker:
                 if self.config.reconcile.enabled
                 else "off",
             )
-            self._about_slurm()
+            self._log_slurm()
             recovered = self.spool.recover()
             if recovered:
                 log.warning("recovered %d entr(ies) left in work/", len(recovered))
