@@ -319,8 +319,7 @@ class CliBackend:
         self._fields_retry_at = 0.0  # when to ask ``sacct -e`` again after it failed
         self._version: tuple[int, int] | None = None
         self._version_retry_at = 0.0  # when to ask ``sacct --version`` again after it failed
-        self.missing_fields: set[str] = set()  # fields this sacct refused
-        self._refused_at: dict[str, float] = {}  # when; asked again after FIELDS_RETRY
+        self._refused_at: dict[str, float] = {}  # field sacct refused -> when (FIELDS_RETRY)
         self._named: set[str] = set()  # fields already logged as missing
 
     def _tool(self, name: str) -> str:
@@ -408,7 +407,6 @@ class CliBackend:
         for name, when in list(self._refused_at.items()):
             if now - when >= FIELDS_RETRY:  # asked again now and then: sacct may be mended
                 del self._refused_at[name]
-                self.missing_fields.discard(name)
         asked = [f for f in fields if f not in self.missing_fields]
         while asked:
             try:
@@ -428,10 +426,13 @@ class CliBackend:
             return asked, result.out
         raise SlurmError(f"sacct refused every field asked for: {', '.join(fields)}")
 
+    @property
+    def missing_fields(self) -> set[str]:
+        """The fields this sacct refused (left out of queries until asked again)."""
+        return set(self._refused_at)
+
     def _field_missing(self, name: str) -> None:
         self._refused_at[name] = self.clock()
-        if name not in self.missing_fields:
-            self.missing_fields.add(name)
         if name not in self._named:
             self._named.add(name)
             log.warning(
