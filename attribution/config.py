@@ -262,6 +262,28 @@ class Health(_Strict):
     max_failed: int = Field(default=0, ge=0)
 
 
+class FleetSettings(_Strict):
+    """The fleet view (``sattr nodes``, ``incidents``, ``links``, ``gpus``; docs/fleet.md).
+
+    ``topology``: Slurm's topology.conf (tree or block), read when it exists.
+    ``groups``: a YAML map of more failure domains, ``{kind: {name: hostlist}}`` (racks,
+    NVLink domains). The tests' thresholds: ``q`` (Benjamini-Hochberg), ``min_failures``,
+    ``min_ratio`` (rate ratio), ``min_users``; ``incident_window`` and ``domain_window``
+    (seconds); ``max_drain_share``: drain suggestions per partition at most this share of
+    its nodes.
+    """
+
+    topology: Path | None = Path("/etc/slurm/topology.conf")
+    groups: Path | None = None
+    q: float = Field(default=0.05, gt=0, le=1)
+    min_failures: int = Field(default=3, ge=1)
+    min_ratio: float = Field(default=2.0, ge=1)
+    min_users: int = Field(default=2, ge=1)
+    incident_window: Duration = 30.0
+    domain_window: Duration = 900.0
+    max_drain_share: float = Field(default=0.1, gt=0, le=1)
+
+
 class Config(_Strict):
     """The whole configuration; every field has a default."""
 
@@ -283,6 +305,7 @@ class Config(_Strict):
     pool: Pool = Pool()
     reconcile: Reconcile = Reconcile()
     health: Health = Health()
+    fleet: FleetSettings = FleetSettings()
     rules: list[Path] = []
     admin_groups: list[str] = []
 

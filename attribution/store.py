@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
 from sqlite_utils import Database, Migrations
 
 from attribution.errors import Location, StoreError
-from attribution.model import Verdict, to_jsonable, verdict_to_dict
+from attribution.fleet import LINK_EVENTS, Blame, FleetJob, GpuMark
+from attribution.hostlist import HostlistError, expand
+from attribution.model import JobRecord, Verdict, to_jsonable, verdict_to_dict
+from attribution.timeutil import parse_iso
 
 migrations = Migrations("attribution")
 
@@ -182,8 +187,63 @@ def m005_worker_health(db: Database) -> None:
     )
 
 
+@migrations()
+def m006_runs(db: Database) -> None:
+    """Every job run the worker resolved, failed or passed (``runs``): the fleet view's
+    exposure (how many jobs ran on each node). Verdicts already stored are copied in."""
+    db.table("runs").create(
+        {
+            "key": str,
+            "cluster": str,
+            "job_id": str,
+            "user": str,
+            "partition": str,
+            "state": str,
+            "terminal_state": str,
+            "nodelist": str,
+            "failed_node": str,
+            "start": str,
+            "end": str,
+        },
+        pk="key",
+    )
+    db.table("runs").create_index(["end"], if_not_exists=True)
+    db.execute(
+        "INSERT OR IGNORE INTO runs (key, cluster, job_id, user, partition, state,"
+        ' terminal_state, nodelist, failed_node, start, "end")'
+        " SELECT key, cluster, job_id, user, partition, state, terminal_state, nodelist,"
+        " json_extract(verdict, '$.job.failed_node'), start, \"end\" FROM verdicts"
+    )
+
+
 def _iso(value: datetime | None) -> str | None:
     return to_jsonable(value) if value is not None else None
+
+
+@lru_cache(maxsize=65536)
+def _nodes(nodelist: str | None) -> tuple[str, ...]:
+    """A stored node list expanded (cached: jobs on the same nodes are common); a list that
+    no longer expands counts as no node rather than stopping the whole fleet view."""
+    try:
+        return expand(nodelist)
+    except HostlistError:
+        return ()
+
+
+def _run_row(job: JobRecord, terminal_state: str) -> dict[str, Any]:
+    return {
+        "key": job.key,
+        "cluster": job.cluster,
+        "job_id": job.job_id,
+        "user": job.user,
+        "partition": job.partition,
+        "state": job.state,
+        "terminal_state": terminal_state,
+        "nodelist": job.nodelist,
+        "failed_node": job.failed_node,
+        "start": _iso(job.start),
+        "end": _iso(job.end),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +438,7 @@ class Store:
                 for table in ("symptoms", "responsible", "coverage", "gpu_errors"):
                     self.db.execute(f"DELETE FROM {table} WHERE key = ?", [key])
                 self.db.table("verdicts").upsert(row, pk="key")
+                self.db.table("runs").upsert(_run_row(job, verdict.terminal_state.value), pk="key")
                 self.db.table("symptoms").insert_all(
                     (
                         {
@@ -439,6 +500,21 @@ class Store:
                 f"cannot save verdict {key}: {exc}", Location(str(self.path))
             ) from None
         return key
+
+    def save_run(self, job: JobRecord, terminal_state: str = "pass") -> None:
+        """Record a run that gets no verdict (a job that completed 0:0): the fleet view counts
+        it as exposure.
+
+        Raises:
+            StoreError: when the database cannot be written.
+        """
+        try:
+            with self.db.conn:
+                self.db.table("runs").upsert(_run_row(job, terminal_state), pk="key")
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"cannot save run {job.key}: {exc}", Location(str(self.path))
+            ) from None
 
     def set_admin_comment(self, key: str, status: str, text: str | None) -> None:
         """Record the outcome of the AdminComment write-back of a stored verdict.
@@ -725,6 +801,131 @@ class Store:
         for row in self.db.query(sql, list(params)):
             row.pop("verdict", None)
             yield row
+
+    # ------------------------------------------------------------------ the fleet view
+
+    def fleet_jobs(
+        self,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        partition: str | None = None,
+    ) -> Iterator[FleetJob]:
+        """Every run that ended in ``[since, until)`` (of ``partition``) as a ``FleetJob``:
+        failed runs with their verdict's blame, links and GPU errors, the others as exposure
+        only. Reads ``runs`` (and ``verdicts`` for a store written before it existed) through
+        the ``end`` indexes; the verdict JSON is never parsed.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+
+        def window(table: str) -> str:
+            cond = [f'{table}."end" IS NOT NULL']
+            if since is not None:
+                cond.append(f'{table}."end" >= ?')
+            if until is not None:
+                cond.append(f'{table}."end" < ?')
+            if partition:
+                cond.append(f"{table}.partition = ?")
+            return " AND ".join(cond)
+
+        params = [_iso(t) for t in (since, until) if t is not None]
+        if partition:
+            params.append(partition)
+        failed = f"SELECT key FROM verdicts WHERE {window('verdicts')} AND terminal_state = 'fail'"
+        events = ",".join(f"'{e}'" for e in sorted(LINK_EVENTS))
+        try:
+            blame: dict[str, list[Blame]] = defaultdict(list)
+            for r in self.db.query(
+                f"SELECT key, node, component, device FROM responsible WHERE key IN ({failed})",
+                params,
+            ):
+                blame[r["key"]].append(Blame(r["node"], r["component"], r["device"]))
+            reporters: dict[str, list[str]] = defaultdict(list)
+            for r in self.db.query(
+                f"SELECT key, nodes FROM symptoms WHERE event IN ({events}) AND key IN ({failed})",
+                params,
+            ):
+                reporters[r["key"]].extend(n for n in (r["nodes"] or "").split(",") if n)
+            marks: dict[str, list[GpuMark]] = defaultdict(list)
+            for r in self.db.query(
+                "SELECT key, node, device, code, xid_class FROM gpu_errors"
+                f" WHERE key IN ({failed})",
+                params,
+            ):
+                marks[r["key"]].append(GpuMark(r["node"], r["device"], r["code"], r["xid_class"]))
+            seen: set[str] = set()
+            verdict_sql = (
+                'SELECT v.key, v.job_id, v.user, v.name, v.partition, v.nodelist, v."end",'
+                " v.state, v.terminal_state, v.sub_domain, v.cause_id, v.suspect_nodes,"
+                " r.failed_node FROM verdicts v LEFT JOIN runs r ON r.key = v.key"
+                f" WHERE {window('v')}"
+            )
+            for r in self.db.query(verdict_sql, params):
+                seen.add(r["key"])
+                key = r["key"]
+                named = tuple(b.node for b in blame.get(key, ()))
+                suspects = tuple(n for n in (r["suspect_nodes"] or "").split(",") if n)
+                peers = tuple(dict.fromkeys((*named, *suspects)))
+                links = tuple(
+                    (rep, peer) for rep in dict.fromkeys(reporters.get(key, ())) for peer in peers
+                )
+                yield FleetJob(
+                    key=key,
+                    job_id=r["job_id"],
+                    user=r["user"],
+                    partition=r["partition"],
+                    nodes=_nodes(r["nodelist"]),
+                    end=parse_iso(r["end"]),
+                    terminal_state=r["terminal_state"],
+                    sub_domain=r["sub_domain"],
+                    state=r["state"],
+                    cause=r["cause_id"],
+                    name=r["name"],
+                    responsible=tuple(blame.get(key, ())),
+                    suspects=suspects,
+                    links=links,
+                    gpu_errors=tuple(marks.get(key, ())),
+                    failed_node=r["failed_node"],
+                )
+            run_sql = (
+                'SELECT key, job_id, user, partition, nodelist, "end", state, terminal_state'
+                f" FROM runs WHERE {window('runs')}"
+            )
+            for r in self.db.query(run_sql, params):
+                if r["key"] in seen:
+                    continue
+                yield FleetJob(
+                    key=r["key"],
+                    job_id=r["job_id"],
+                    user=r["user"],
+                    partition=r["partition"],
+                    nodes=_nodes(r["nodelist"]),
+                    end=parse_iso(r["end"]),
+                    terminal_state=r["terminal_state"] or "pass",
+                    state=r["state"],
+                )
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+
+    def responsible_elsewhere(self, node: str, since: datetime, exclude: str) -> dict[str, Any]:
+        """How many other failed jobs (not ``exclude``) ended since ``since`` with ``node``
+        responsible, and of how many users (``sattr show``'s fleet line).
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        sql = (
+            "SELECT count(*) AS jobs, count(DISTINCT v.user) AS users FROM responsible r"
+            " JOIN verdicts v ON v.key = r.key WHERE r.node = ? AND v.key != ?"
+            " AND v.terminal_state = 'fail' AND v.\"end\" >= ?"
+            " AND v.sub_domain IN ('hardware', 'system_software', 'infrastructure')"
+        )
+        try:
+            rows = list(self.db.query(sql, [node, exclude, _iso(since)]))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+        return rows[0] if rows else {"jobs": 0, "users": 0}
 
     # ------------------------------------------------------------------ sattr status
 

@@ -9,8 +9,9 @@ store; diagnoses run in a pool of ``pool.processes`` child processes:
    them (``slurm.hookenv``);
 2. it resolves the whole batch with one batched Slurm query (``backend.get_jobs``); a job
    Slurm has not finished recording is retried later;
-3. it drops COMPLETED jobs with exit code and derived exit code 0:0 (or records them as
-   ``pass`` when ``record_pass`` is set, without reading logs);
+3. it drops COMPLETED jobs with exit code and derived exit code 0:0, keeping only a ``runs``
+   row for the fleet view's exposure (or records them as ``pass`` verdicts when
+   ``record_pass`` is set, without reading logs);
 4. each remaining job goes to a child: the small-jobs lane first; jobs on more than
    ``pool.large_nodes`` nodes never take every process. The child checks which other jobs
    shared the nodes, collects the evidence, runs ``analyze`` and writes the AdminComment;
@@ -423,6 +424,7 @@ class Worker:
                 log.debug("entry %s resolves to key %s", claimed.key, job.key)
             try:
                 if job_passed(job) and not self.config.record_pass:
+                    self.store.save_run(job)  # the fleet view's exposure
                     self.spool.ack(claimed)
                     outcomes.append(
                         Outcome(claimed.key, "dropped", f"job {job.display_id} completed 0:0")

@@ -34,6 +34,7 @@ from attribution.cli.common import (
     note,
     rules_option,
 )
+from attribution.cli.fleet import gpus, incidents, links, nodes
 from attribution.cli.rules import rules
 from attribution.cli.service import enqueue, rediagnose, worker
 from attribution.cli.show import list_, show
@@ -55,7 +56,11 @@ def main() -> None:
     sattr rediagnose JOBID      diagnose stored jobs again with the current rules
     sattr diagnose BUNDLE       diagnose an evidence bundle offline
     sattr bundle JOBID DIR      save what the worker reads for a job as a bundle (--redact)
-    sattr backtest DIR...       score bundles against their expected.yaml
+    sattr backtest DIR...       score bundles against their expected.yaml (--fleet: histories)
+    sattr nodes                 nodes, switches and silent nodes that keep failing jobs
+    sattr incidents             failures of many jobs read as one event
+    sattr links                 node pairs peer errors keep naming together
+    sattr gpus                  each GPU's XIDs across jobs
     sattr demo                  diagnose the bundled sample jobs
     sattr rules lint|test|lock  check rules the way CI does; record rule versions
     sattr simulate ...          write simulated bundles with their expected answer
@@ -117,13 +122,26 @@ def diagnose(
     type=click.FloatRange(0, 1),
     callback=finite,
     default=None,
-    help="Exit 1 when exact-or-acceptable is below this rate (0-1).",
+    help="Exit 1 when exact-or-acceptable (with --fleet: recall) is below this rate (0-1).",
+)
+@click.option(
+    "--fleet",
+    is_flag=True,
+    help="DIRS are fleet histories (jobs.jsonl, truth.yaml): score the fleet view on them.",
 )
 @rules_option
 def backtest(
-    dirs: tuple[str, ...], as_json: bool, fail_under: float | None, rule_dirs: tuple[str, ...]
+    dirs: tuple[str, ...],
+    as_json: bool,
+    fail_under: float | None,
+    fleet: bool,
+    rule_dirs: tuple[str, ...],
 ) -> None:
-    """Score every bundle under DIRS that has an expected.yaml."""
+    """Score every bundle under DIRS that has an expected.yaml (or, with --fleet, the fleet
+    view on each fleet history in DIRS)."""
+    if fleet:
+        _fleet_backtest(dirs, as_json, fail_under)
+        return
     from attribution.backtest import find_cases
     from attribution.bundle import score_bundles
     from attribution.render import backtest_view
@@ -143,6 +161,61 @@ def backtest(
     rate = report.rate("exact", "acceptable")
     if fail_under is not None and rate < fail_under:
         fail(f"exact-or-acceptable {rate:.1%} is below --fail-under {fail_under:g}")
+
+
+def _fleet_backtest(dirs: tuple[str, ...], as_json: bool, fail_under: float | None) -> None:
+    """``sattr backtest --fleet``: recall and false discovery of the fleet view per history."""
+    from attribution.fleet import score
+    from attribution.fleetfile import load_history, read_truth
+    from attribution.fleetview import score_view
+
+    histories = []
+    for d in dirs:
+        path = Path(d)
+        if (path / "jobs.jsonl").is_file():
+            histories.append(path)
+        elif path.is_dir():
+            histories += sorted(p.parent for p in path.glob("*/jobs.jsonl"))
+    if not histories:
+        fail("no fleet history (a directory with jobs.jsonl) under " + ", ".join(dirs))
+    scores = []
+    try:
+        for path in histories:
+            fleet = load_history(path)
+            truth = read_truth(path / "truth.yaml")
+            scores.append({"history": str(path), **score(fleet, fleet.report(), truth)})
+    except AttributionError as exc:
+        fail(str(exc))
+    planted = sum(s["planted"] for s in scores)
+    found = sum(s["found"] for s in scores)
+    flagged = sum(s["flagged"] for s in scores)
+    false = sum(s["false"] for s in scores)
+    total = {
+        "planted": planted,
+        "found": found,
+        "recall": found / planted if planted else 1.0,
+        "flagged": flagged,
+        "false": false,
+        "fdr": false / flagged if flagged else 0.0,
+        "buggy_user_suspects": sum(len(s["buggy_user_suspects"]) for s in scores),
+        "incidents_planted": sum(s["incidents_planted"] for s in scores),
+        "incidents_recovered": sum(s["incidents_recovered"] for s in scores),
+        "incidents_spurious": sum(s["incidents_spurious"] for s in scores),
+    }
+    if as_json:
+        emit_json({"histories": scores, "total": total})
+    else:
+        out = console()
+        out.print(score_view([*scores, {"history": "total", **total}]))
+        for s in scores:
+            for what in s["missed"]:
+                out.print(f"missed {what} in {s['history']}", style="yellow")
+            for what in s["false_flags"]:
+                out.print(f"false {what} in {s['history']}", style="red")
+            for node in s["buggy_user_suspects"]:
+                out.print(f"a buggy user made {node} suspect in {s['history']}", style="red")
+    if fail_under is not None and total["recall"] < fail_under:
+        fail(f"fleet recall {total['recall']:.1%} is below --fail-under {fail_under:g}")
 
 
 # --------------------------------------------------------------------- demo
@@ -270,5 +343,18 @@ def simulate(args: tuple[str, ...], sweep_n: int | None, seed: int, force: bool)
     )
 
 
-for command in (show, list_, worker, status, enqueue, rediagnose, bundle_, rules):
+for command in (
+    show,
+    list_,
+    worker,
+    status,
+    enqueue,
+    rediagnose,
+    bundle_,
+    rules,
+    nodes,
+    incidents,
+    links,
+    gpus,
+):
     main.add_command(command)

@@ -6,6 +6,7 @@ What a caller may see is ``attribution.access``'s decision; the rows come from `
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
@@ -75,6 +76,28 @@ def _show_from_sacct(job: str, caller: Caller, store_problem: str, as_json: bool
             click.echo(f"  {name}: {parsed[name]}")
 
 
+FLEET_DAYS = 7  # how far before the job's end 'sattr show' looks for other failures
+
+
+def _fleet_line(store: Store, verdict: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """For each node the verdict holds responsible: other failed jobs it was responsible for
+    in the ``FLEET_DAYS`` before this job ended (and since), when there is any."""
+    from attribution.verdictjson import verdict_from_dict
+
+    record = verdict_from_dict(verdict).job
+    since = (record.end or datetime.now(UTC)) - timedelta(days=FLEET_DAYS)
+    key = record.key
+    out: dict[str, dict[str, Any]] = {}
+    for blame in verdict.get("responsible") or ():
+        node = blame.get("node") if isinstance(blame, dict) else None
+        if not node or node in out:
+            continue
+        seen = store.responsible_elsewhere(node, since, key)
+        if seen["jobs"]:
+            out[node] = {"jobs": seen["jobs"], "users": seen["users"], "since": since.isoformat()}
+    return out
+
+
 @click.command()
 @click.argument("job")
 @config_option
@@ -96,10 +119,14 @@ def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbo
     except AttributionError as exc:
         _show_from_sacct(job, caller, f"the verdict store is not readable ({exc})", as_json)
         return
+    fleet: dict[str, dict[str, Any]] = {}
     try:
         with store:
             found = store.find(job)
             rows = {r["key"]: r for r in store.query(VerdictFilter(job=job))}
+            mine = caller.visible(found)
+            if mine:
+                fleet = _fleet_line(store, mine[0])
     except AttributionError as exc:
         fail(str(exc))
     if not found:
@@ -107,7 +134,6 @@ def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbo
             f"no verdict for job {job} in {path} (not processed yet? "
             f"an administrator can run 'sattr enqueue {job}')"
         )
-    mine = caller.visible(found)
     if not mine:
         fail(f"job {job} belongs to another user")
     from attribution.render import verdict_view
@@ -123,6 +149,7 @@ def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbo
             "admin_comment_status": row.get("admin_comment_status"),
             "admin_comment": row.get("admin_comment"),
             "spooled_at": row.get("spooled_at"),
+            "fleet": fleet,
         }
         emit_json(out)
         return
@@ -133,6 +160,12 @@ def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbo
             f"AdminComment: {row.get('admin_comment_status')}"
             + (f" ({row.get('admin_comment')})" if row.get("admin_comment") else ""),
             style="dim",
+        )
+    for node, seen in fleet.items():
+        out_console.print(
+            f"{node} was responsible for {seen['jobs']} other failed job(s) of"
+            f" {seen['users']} user(s) since {seen['since'][:10]} (see 'sattr nodes').",
+            style="yellow",
         )
     if len(mine) > 1:
         others = [verdict_from_dict(v).job for v in mine[1:]]

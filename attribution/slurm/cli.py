@@ -41,6 +41,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from attribution.errors import AttributionError, SlurmError
+from attribution.fleet import NodeEvent
 from attribution.hostlist import HostlistError, compress, expand
 from attribution.model import JobRecord, OtherJob
 from attribution.slurm.backend import FINAL_STATES, CommentField, EndedJob, JobRef, NotReady
@@ -52,6 +53,7 @@ from attribution.slurm.resolve import (
     pick_record,
     read_scontrol,
 )
+from attribution.timeutil import parse_epoch, parse_iso
 
 DELIMITER = "\x1f"  # ASCII unit separator: never in the fields we ask for
 OTHER_FIELDS = ("JobIDRaw", "Start", "End", "NodeList", "User")
@@ -870,6 +872,35 @@ class CliBackend:
                     partition=row.get("Partition") or None,
                 )
             )
+        return out
+
+    def node_events(
+        self, since: datetime, until: datetime, cluster: str | None = None
+    ) -> list[NodeEvent]:
+        """Node state events accounting recorded between ``since`` and ``until`` (UTC):
+        ``sacctmgr -n -P list events start=... end=... format=NodeName,TimeStart,State,Reason``
+        under ``TZ=UTC0`` (times come back as epoch seconds: ``SLURM_TIME_FORMAT=%s``).
+        Cluster-wide events (no node name) are left out; a line that does not parse is
+        skipped (the reason, a free text, is the last field and may hold ``|``).
+
+        Raises:
+            SlurmError: sacctmgr failed (no slurmdbd, not installed).
+        """
+        args = ["-n", "-P", "list", "events", f"start={_utc(since)}", f"end={_utc(until)}"]
+        if cluster:
+            args.append(f"cluster={cluster}")
+        args.append("format=NodeName,TimeStart,State,Reason")
+        result = self.run("sacctmgr", args, ok=lambda r: r.rc == 0, env={"TZ": "UTC0"})
+        out = []
+        for line in result.out.splitlines():
+            parts = line.split("|", 3)
+            if len(parts) != 4 or not parts[0].strip():
+                continue
+            stamp = parts[1].strip()  # epoch seconds under the backend's SLURM_TIME_FORMAT=%s
+            at = parse_epoch(stamp) if stamp.isdecimal() else parse_iso(stamp)
+            if at is None:
+                continue
+            out.append(NodeEvent(parts[0].strip(), at, parts[2].strip(), parts[3].strip()))
         return out
 
     def _earlier_runs(

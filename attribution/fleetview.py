@@ -1,0 +1,239 @@
+"""Human views of the fleet report (``sattr nodes``, ``incidents``, ``links``, ``gpus``):
+rich tables with a short reason per row; ``--json`` uses ``fleet.report_to_dict`` instead."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime
+
+from rich.console import Group as Lines
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from attribution.fleet import FleetReport
+from attribution.hostlist import compress
+
+STATUS_STYLE = {
+    "suspect": "bold red",
+    "domain": "yellow",
+    "one-user": "cyan",
+    "node": "yellow",
+    "gpu": "bold red",
+    "application": "cyan",
+}
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M") if value else "-"
+
+
+def _num(value: float) -> str:
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.1f}"
+
+
+def _p(value: float) -> str:
+    return f"{value:.1e}" if value < 0.001 else f"{value:.3f}"
+
+
+def _status(status: str) -> Text:
+    return Text(status, style=STATUS_STYLE.get(status, "dim"))
+
+
+def method(report: FleetReport) -> Text:
+    """The header every fleet view starts with: the window, the counts and the test."""
+    o = report.options
+    text = Text()
+    text.append(f"{_when(report.since)} .. {_when(report.until)} UTC: ", style="bold")
+    text.append(
+        f"{report.runs:,} job runs ({report.exposure} as exposure), {report.failed:,} failed,"
+        f" {len(report.incidents)} incident(s)\n"
+    )
+    text.append(
+        "test: one-sided binomial of a node's failed jobs (it responsible) against its partition's"
+        f" rate without it; Benjamini-Hochberg q <= {o.q}; at least {o.min_failures} failures,"
+        f" rate ratio >= {o.min_ratio}, >= {o.min_users} users",
+        style="dim",
+    )
+    for line in report.notes:
+        text.append(f"\nnote: {line}", style="yellow")
+    return text
+
+
+def nodes_view(report: FleetReport, show_all: bool = False) -> RenderableType:
+    parts: list[RenderableType] = [method(report)]
+    table = Table(box=None, pad_edge=False, title_justify="left", title="nodes")
+    for col in ("node", "partition", "jobs", "failed", "ratio", "p", "q", "users", "last"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("reason", ratio=1)
+    shown = 0
+    for row in report.nodes:
+        if not show_all and row.status in ("ok", "low-count"):
+            continue
+        shown += 1
+        t = row.test
+        table.add_row(
+            row.node,
+            row.partition or "-",
+            str(t.n),
+            str(t.k),
+            _num(t.ratio),
+            _p(t.p),
+            _p(t.q),
+            str(row.users),
+            _when(row.last),
+            _status(row.status),
+            row.reason or ", ".join(f"{c} x{n}" for c, n in list(row.causes.items())[:2]),
+        )
+    parts.append(table if shown else Text("nodes: none stands out", style="dim"))
+    domains = [d for d in report.domains if show_all or d.status != "ok"]
+    if domains:
+        dt = Table(box=None, pad_edge=False, title="failure domains", title_justify="left")
+        for col in ("domain", "nodes", "jobs", "failed", "ratio", "p", "q", "status"):
+            dt.add_column(col, no_wrap=True)
+        dt.add_column("reason", ratio=1)
+        for d in domains:
+            t = d.test
+            dt.add_row(
+                d.group.label,
+                str(len(d.group.nodes)),
+                str(t.n),
+                str(t.k),
+                _num(t.ratio),
+                _p(t.p),
+                _p(t.q),
+                _status(d.status),
+                d.reason,
+            )
+        parts.append(dt)
+    silent = [s for s in report.silent if show_all or s.status == "suspect"]
+    if silent:
+        st = Table(box=None, pad_edge=False, title="silent nodes", title_justify="left")
+        for col in ("node", "jobs", "lost", "ratio", "q", "events", "cohort", "last"):
+            st.add_column(col, no_wrap=True)
+        st.add_column("reason", ratio=1)
+        for s in silent:
+            t = s.test
+            st.add_row(
+                s.node,
+                str(t.n),
+                str(t.k),
+                _num(t.ratio),
+                _p(t.q),
+                str(s.events),
+                str(s.cohort or "-"),
+                _when(s.last),
+                s.reason,
+            )
+        parts.append(st)
+    parts.append(drains_view(report))
+    return Lines(*parts)
+
+
+def drains_view(report: FleetReport) -> RenderableType:
+    o = report.options
+    if not report.drains and not report.held_back:
+        return Text("drain suggestions: none", style="dim")
+    text = Text()
+    text.append(
+        f"drain suggestions (shadow mode: never run; at most {o.max_drain_share:.0%} of a"
+        " partition at once; '#' lines are user problems, not node ones):\n",
+        style="bold",
+    )
+    for line in report.drains:
+        text.append(line + "\n")
+    for held in report.held_back:
+        text.append(f"# held back: {held}\n", style="dim")
+    return text
+
+
+def incidents_view(report: FleetReport) -> RenderableType:
+    table = Table(box=None, pad_edge=False)
+    for col in ("id", "start (UTC)", "span", "jobs", "users", "nodes", "cause", "p", "label"):
+        table.add_column(col)
+    for i in report.incidents:
+        table.add_row(
+            i.id,
+            i.start.strftime("%Y-%m-%d %H:%M:%S"),
+            f"{(i.end - i.start).total_seconds():.0f} s",
+            str(len(i.jobs)),
+            str(i.users),
+            _short(compress(i.nodes)),
+            i.cause,
+            _p(i.p),
+            i.label,
+        )
+    body: RenderableType = table if report.incidents else Text("no incidents", style="dim")
+    return Lines(method(report), body)
+
+
+def links_view(report: FleetReport, show_all: bool = False) -> RenderableType:
+    rows = [r for r in report.links if show_all or r.status != "ok"]
+    table = Table(box=None, pad_edge=False)
+    for col in ("pair", "failed", "of", "p", "q", "users", "status", "reason"):
+        table.add_column(col)
+    confirm = Text()
+    for r in rows:
+        table.add_row(
+            f"{r.a} <-> {r.b}",
+            str(r.test.k),
+            str(r.test.n),
+            _p(r.test.p),
+            _p(r.test.q),
+            str(r.users),
+            _status(r.status),
+            r.reason,
+        )
+        if r.status == "suspect":
+            confirm.append(f"confirm {r.a} <-> {r.b}: {r.confirm}\n")
+    body: list[RenderableType] = [method(report)]
+    body.append(table if rows else Text("links: no pair stands out", style="dim"))
+    if confirm:
+        body.append(confirm)
+    return Lines(*body)
+
+
+def gpus_view(report: FleetReport, show_all: bool = False) -> RenderableType:
+    rows = [r for r in report.gpus if show_all or r.status != "once"]
+    table = Table(box=None, pad_edge=False)
+    for col in ("node", "GPU", "jobs", "applications", "XIDs", "status", "reason"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r.node,
+            r.device,
+            str(r.jobs),
+            str(r.applications),
+            " ".join(f"{code}x{n}" for code, n in r.codes.items()),
+            _status(r.status),
+            r.reason,
+        )
+    body = table if rows else Text("GPUs: no XID repeats", style="dim")
+    return Lines(method(report), body)
+
+
+def _short(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def score_view(scores: Sequence[dict[str, object]]) -> Table:
+    table = Table(box=None, pad_edge=False)
+    cols = ("history", "planted", "found", "recall", "flagged", "false", "FDR", "incidents")
+    for col in cols:
+        table.add_column(col)
+    for s in scores:
+        table.add_row(
+            str(s["history"]),
+            str(s["planted"]),
+            str(s["found"]),
+            f"{s['recall']:.1%}",
+            str(s["flagged"]),
+            str(s["false"]),
+            f"{s['fdr']:.1%}",
+            f"{s['incidents_recovered']}/{s['incidents_planted']}",
+        )
+    return table
