@@ -174,7 +174,7 @@ class FleetOptions:
     domain_window: float = 900.0  # seconds: failures under one domain this close
     incident_min_nodes: int = 3
     incident_min_users: int = 2
-    incident_alpha: float = 1e-4  # Poisson tail below which a burst is not chance
+    incident_alpha: float = 0.01  # chance of one false incident over the whole window
     max_drain_share: float = 0.1  # of a partition's nodes in one go
     silent_min_events: int = 3
 
@@ -376,21 +376,44 @@ class Fleet:
         self.notes: list[str] = []  # what could not be read, for the report's header
         self.runs = 0
         self.passes = 0
+        self.failed = 0
         self.first: datetime | None = None
         self.last: datetime | None = None
 
     def add(self, job: FleetJob) -> None:
-        self.runs += 1
-        for node in job.nodes:
-            self.exposure[node] += 1
-            self.partition_of[node][job.partition or ""] += 1
+        """One run: exposure for each of its nodes; kept when it failed."""
+        self.add_exposure(job.nodes, job.partition, 1, int(job.terminal_state == "pass"))
+        self.failed += job.failed
         if job.end is not None:
             self.first = job.end if self.first is None else min(self.first, job.end)
             self.last = job.end if self.last is None else max(self.last, job.end)
         if job.failed:
             self.failures.append(job)
-        elif job.terminal_state == "pass":
-            self.passes += 1
+
+    def add_exposure(
+        self,
+        nodes: Sequence[str],
+        partition: str | None,
+        runs: int,
+        passed: int = 0,
+        failed: int = 0,
+        first: datetime | None = None,
+        last: datetime | None = None,
+    ) -> None:
+        """``runs`` runs on ``nodes`` that are counted, not kept (``passed`` of them passed,
+        ``failed`` failed): the store sums the runs the view does not read one by one per
+        node list in SQL."""
+        self.runs += runs
+        self.passes += passed
+        self.failed += failed
+        part = partition or ""
+        for node in nodes:
+            self.exposure[node] += runs
+            self.partition_of[node][part] += runs
+        if first is not None:
+            self.first = first if self.first is None else min(self.first, first)
+        if last is not None:
+            self.last = last if self.last is None else max(self.last, last)
 
     def add_all(self, jobs: Iterable[FleetJob]) -> Fleet:
         for job in jobs:
@@ -419,7 +442,7 @@ class Fleet:
             until=self.until or self.last,
             options=o,
             runs=self.runs,
-            failed=len(self.failures),
+            failed=self.failed,
             exposure="all runs" if self.passes else "failed runs only",
             nodes=nodes,
             domains=domains,
@@ -451,7 +474,7 @@ class Fleet:
         found: list[Incident] = []
         taken: set[str] = set()
         for burst in _bursts(common, o.incident_window):
-            incident = self._incident(burst, rate * o.incident_window, "time", None)
+            incident = self._incident(burst, rate, o.incident_window, "time", None)
             if incident is not None:
                 found.append(incident)
                 taken.update(incident.jobs)
@@ -464,9 +487,8 @@ class Fleet:
             if len(inside) < 2:
                 continue
             share = sum(self.exposure[n] for n in group.nodes) / max(sum(self.exposure.values()), 1)
-            mu = rate * share * o.domain_window
             for burst in _bursts(inside, o.domain_window):
-                incident = self._incident(burst, mu, "domain", group)
+                incident = self._incident(burst, rate * share, o.domain_window, "domain", group)
                 if incident is not None:
                     found.append(incident)
                     taken.update(incident.jobs)
@@ -476,17 +498,21 @@ class Fleet:
         return found
 
     def _incident(
-        self, burst: list[FleetJob], mu: float, kind: str, group: Group | None
+        self, burst: list[FleetJob], rate: float, window: float, kind: str, group: Group | None
     ) -> Incident | None:
+        """``burst`` as an incident when it is more than chance: its count has a Poisson tail
+        (at ``rate`` failures per second over the burst's span plus one ``window``) below
+        ``incident_alpha`` shared by every window of the period (Bonferroni over the scan)."""
         o = self.options
         nodes = tuple(sorted({n for j in burst for n in j.fault_nodes}))
         users = {j.user for j in burst}
         if len(burst) < 2 or len(nodes) < o.incident_min_nodes or len(users) < o.incident_min_users:
             return None
-        p = poisson_sf(len(burst), mu)
-        if p > o.incident_alpha:
-            return None
         ends = [j.end for j in burst if j.end is not None]
+        span = (max(ends) - min(ends)).total_seconds()
+        p = poisson_sf(len(burst), rate * (span + window))
+        if p > o.incident_alpha / max(self._period() / window, 1.0):
+            return None
         start, end = min(ends), max(ends)
         if group is None:
             group = self.topology.smallest_common(nodes)

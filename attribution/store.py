@@ -23,7 +23,7 @@ from typing import Any, Literal
 from sqlite_utils import Database, Migrations
 
 from attribution.errors import Location, StoreError
-from attribution.fleet import LINK_EVENTS, Blame, FleetJob, GpuMark
+from attribution.fleet import LINK_EVENTS, Blame, Fleet, FleetJob, GpuMark
 from attribution.hostlist import HostlistError, expand
 from attribution.model import JobRecord, Verdict, to_jsonable, verdict_to_dict
 from attribution.timeutil import parse_iso
@@ -200,6 +200,7 @@ def m006_runs(db: Database) -> None:
             "partition": str,
             "state": str,
             "terminal_state": str,
+            "sub_domain": str,
             "nodelist": str,
             "failed_node": str,
             "start": str,
@@ -210,8 +211,9 @@ def m006_runs(db: Database) -> None:
     db.table("runs").create_index(["end"], if_not_exists=True)
     db.execute(
         "INSERT OR IGNORE INTO runs (key, cluster, job_id, user, partition, state,"
-        ' terminal_state, nodelist, failed_node, start, "end")'
-        " SELECT key, cluster, job_id, user, partition, state, terminal_state, nodelist,"
+        ' terminal_state, sub_domain, nodelist, failed_node, start, "end")'
+        " SELECT key, cluster, job_id, user, partition, state, terminal_state, sub_domain,"
+        " nodelist,"
         " json_extract(verdict, '$.job.failed_node'), start, \"end\" FROM verdicts"
     )
 
@@ -224,13 +226,53 @@ def _iso(value: datetime | None) -> str | None:
 def _nodes(nodelist: str | None) -> tuple[str, ...]:
     """A stored node list expanded (cached: jobs on the same nodes are common); a list that
     no longer expands counts as no node rather than stopping the whole fleet view."""
+    if nodelist and not any(c in nodelist for c in "[],"):
+        return (nodelist.strip(),)  # one node: most jobs
     try:
         return expand(nodelist)
     except HostlistError:
         return ()
 
 
-def _run_row(job: JobRecord, terminal_state: str) -> dict[str, Any]:
+def _when(text: str | None) -> datetime | None:
+    """A time the store wrote (``_iso``: UTC ISO 8601 with ``Z``), quickly; anything else
+    through ``parse_iso``."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return parse_iso(text)
+
+
+# the failed runs the fleet view reads one by one (the rest it only counts): every failure but
+# the application's own, and those too when they had a GPU error (the GPU history needs them)
+def _kept(table: str) -> str:
+    return (
+        f"({table}.terminal_state = 'fail' AND ({table}.sub_domain IS NOT 'application'"
+        f" OR {table}.key IN (SELECT key FROM gpu_errors)))"
+    )
+
+
+def _fleet_window(
+    table: str, since: datetime | None, until: datetime | None, partition: str | None
+) -> tuple[str, list[Any]]:
+    """The SQL condition (on ``table``'s columns) and parameters of a fleet view's window."""
+    cond = [f'{table}."end" IS NOT NULL']
+    params: list[Any] = []
+    if since is not None:
+        cond.append(f'{table}."end" >= ?')
+        params.append(_iso(since))
+    if until is not None:
+        cond.append(f'{table}."end" < ?')
+        params.append(_iso(until))
+    if partition:
+        cond.append(f"{table}.partition = ?")
+        params.append(partition)
+    return " AND ".join(cond), params
+
+
+def _run_row(job: JobRecord, terminal_state: str, sub_domain: str = "none") -> dict[str, Any]:
     return {
         "key": job.key,
         "cluster": job.cluster,
@@ -239,6 +281,7 @@ def _run_row(job: JobRecord, terminal_state: str) -> dict[str, Any]:
         "partition": job.partition,
         "state": job.state,
         "terminal_state": terminal_state,
+        "sub_domain": sub_domain,
         "nodelist": job.nodelist,
         "failed_node": job.failed_node,
         "start": _iso(job.start),
@@ -438,7 +481,10 @@ class Store:
                 for table in ("symptoms", "responsible", "coverage", "gpu_errors"):
                     self.db.execute(f"DELETE FROM {table} WHERE key = ?", [key])
                 self.db.table("verdicts").upsert(row, pk="key")
-                self.db.table("runs").upsert(_run_row(job, verdict.terminal_state.value), pk="key")
+                self.db.table("runs").upsert(
+                    _run_row(job, verdict.terminal_state.value, verdict.sub_domain.value),
+                    pk="key",
+                )
                 self.db.table("symptoms").insert_all(
                     (
                         {
@@ -804,106 +850,109 @@ class Store:
 
     # ------------------------------------------------------------------ the fleet view
 
+    def fleet_into(
+        self,
+        fleet: Fleet,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        partition: str | None = None,
+    ) -> Fleet:
+        """Load the runs that ended in ``[since, until)`` (of ``partition``) into ``fleet``:
+        each failed run the fleet view can use as a ``FleetJob`` (``fleet_jobs``), every
+        other run (passed, cancelled, timed out, and application failures without a GPU
+        error: they blame no node and join no incident) as exposure only, summed per node
+        list and partition in SQL. Returns ``fleet``.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        where, params = _fleet_window("runs", since, until, partition)
+        sql = (
+            "SELECT nodelist, partition, count(*), sum(terminal_state = 'pass'),"
+            f' sum(terminal_state = \'fail\'), min("end"), max("end") FROM runs WHERE {where}'
+            f" AND NOT {_kept('runs')} GROUP BY nodelist, partition"
+        )
+        try:
+            for nodelist, part, runs, passed, failed, first, last in self.db.conn.execute(
+                sql, params
+            ):
+                fleet.add_exposure(
+                    _nodes(nodelist), part, runs, passed, failed, _when(first), _when(last)
+                )
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+        return fleet.add_all(self.fleet_jobs(since, until, partition))
+
     def fleet_jobs(
         self,
         since: datetime | None = None,
         until: datetime | None = None,
         partition: str | None = None,
     ) -> Iterator[FleetJob]:
-        """Every run that ended in ``[since, until)`` (of ``partition``) as a ``FleetJob``:
-        failed runs with their verdict's blame, links and GPU errors, the others as exposure
-        only. Reads ``runs`` (and ``verdicts`` for a store written before it existed) through
-        the ``end`` indexes; the verdict JSON is never parsed.
+        """Every failed run (verdict ``terminal_state`` fail) that ended in ``[since, until)``
+        (of ``partition``) as a ``FleetJob``, with its verdict's blame, peer links and GPU
+        errors; application failures only when they had a GPU error (``_kept``). Read
+        through the ``end`` index with plain tuples; the verdict JSON is never parsed.
 
         Raises:
             StoreError: when the database cannot be read.
         """
-
-        def window(table: str) -> str:
-            cond = [f'{table}."end" IS NOT NULL']
-            if since is not None:
-                cond.append(f'{table}."end" >= ?')
-            if until is not None:
-                cond.append(f'{table}."end" < ?')
-            if partition:
-                cond.append(f"{table}.partition = ?")
-            return " AND ".join(cond)
-
-        params = [_iso(t) for t in (since, until) if t is not None]
-        if partition:
-            params.append(partition)
-        failed = f"SELECT key FROM verdicts WHERE {window('verdicts')} AND terminal_state = 'fail'"
+        where, params = _fleet_window("v", since, until, partition)
+        kept = _kept("v")
+        failed = f"SELECT v.key FROM verdicts v WHERE {where} AND {kept}"
         events = ",".join(f"'{e}'" for e in sorted(LINK_EVENTS))
+        conn = self.db.conn
         try:
             blame: dict[str, list[Blame]] = defaultdict(list)
-            for r in self.db.query(
+            for key, node, component, device in conn.execute(
                 f"SELECT key, node, component, device FROM responsible WHERE key IN ({failed})",
                 params,
             ):
-                blame[r["key"]].append(Blame(r["node"], r["component"], r["device"]))
+                blame[key].append(Blame(node, component, device))
             reporters: dict[str, list[str]] = defaultdict(list)
-            for r in self.db.query(
+            for key, nodes in conn.execute(
                 f"SELECT key, nodes FROM symptoms WHERE event IN ({events}) AND key IN ({failed})",
                 params,
             ):
-                reporters[r["key"]].extend(n for n in (r["nodes"] or "").split(",") if n)
+                reporters[key].extend(n for n in (nodes or "").split(",") if n)
             marks: dict[str, list[GpuMark]] = defaultdict(list)
-            for r in self.db.query(
+            for key, node, device, code, xid_class in conn.execute(
                 "SELECT key, node, device, code, xid_class FROM gpu_errors"
                 f" WHERE key IN ({failed})",
                 params,
             ):
-                marks[r["key"]].append(GpuMark(r["node"], r["device"], r["code"], r["xid_class"]))
-            seen: set[str] = set()
-            verdict_sql = (
+                marks[key].append(GpuMark(node, device, code, xid_class))
+            rows = conn.execute(
                 'SELECT v.key, v.job_id, v.user, v.name, v.partition, v.nodelist, v."end",'
-                " v.state, v.terminal_state, v.sub_domain, v.cause_id, v.suspect_nodes,"
-                " r.failed_node FROM verdicts v LEFT JOIN runs r ON r.key = v.key"
-                f" WHERE {window('v')}"
+                " v.state, v.sub_domain, v.cause_id, v.suspect_nodes, r.failed_node"
+                " FROM verdicts v LEFT JOIN runs r ON r.key = v.key"
+                f" WHERE {where} AND {kept}",
+                params,
             )
-            for r in self.db.query(verdict_sql, params):
-                seen.add(r["key"])
-                key = r["key"]
+            for key, job_id, user, name, part, nodelist, end, state, sub, cause, sus, lost in rows:
                 named = tuple(b.node for b in blame.get(key, ()))
-                suspects = tuple(n for n in (r["suspect_nodes"] or "").split(",") if n)
+                suspects = tuple(n for n in (sus or "").split(",") if n)
                 peers = tuple(dict.fromkeys((*named, *suspects)))
                 links = tuple(
                     (rep, peer) for rep in dict.fromkeys(reporters.get(key, ())) for peer in peers
                 )
                 yield FleetJob(
                     key=key,
-                    job_id=r["job_id"],
-                    user=r["user"],
-                    partition=r["partition"],
-                    nodes=_nodes(r["nodelist"]),
-                    end=parse_iso(r["end"]),
-                    terminal_state=r["terminal_state"],
-                    sub_domain=r["sub_domain"],
-                    state=r["state"],
-                    cause=r["cause_id"],
-                    name=r["name"],
+                    job_id=job_id,
+                    user=user,
+                    partition=part,
+                    nodes=_nodes(nodelist),
+                    end=_when(end),
+                    terminal_state="fail",
+                    sub_domain=sub,
+                    state=state,
+                    cause=cause,
+                    name=name,
                     responsible=tuple(blame.get(key, ())),
                     suspects=suspects,
                     links=links,
                     gpu_errors=tuple(marks.get(key, ())),
-                    failed_node=r["failed_node"],
-                )
-            run_sql = (
-                'SELECT key, job_id, user, partition, nodelist, "end", state, terminal_state'
-                f" FROM runs WHERE {window('runs')}"
-            )
-            for r in self.db.query(run_sql, params):
-                if r["key"] in seen:
-                    continue
-                yield FleetJob(
-                    key=r["key"],
-                    job_id=r["job_id"],
-                    user=r["user"],
-                    partition=r["partition"],
-                    nodes=_nodes(r["nodelist"]),
-                    end=parse_iso(r["end"]),
-                    terminal_state=r["terminal_state"] or "pass",
-                    state=r["state"],
+                    failed_node=lost,
                 )
         except sqlite3.Error as exc:
             raise self._unreadable(exc) from None

@@ -407,7 +407,7 @@ def test_store_serves_fleet_rows_from_real_verdicts(
     passed = dataclasses.replace(xid.job, job_id="99", state="COMPLETED", exit_code="0:0")
     store.save_run(passed)
     rows = {j.key: j for j in store.fleet_jobs(None, None, None)}
-    assert set(rows) == {ib.job.key, xid.job.key, passed.key}
+    assert set(rows) == {ib.job.key, xid.job.key}  # the failed runs, one by one
     ib_row = rows[ib.job.key]
     assert ib_row.failed and ib_row.suspects == ("a100-14",) and not ib_row.responsible
     assert {peer for _, peer in ib_row.links} == {"a100-14"}
@@ -418,10 +418,12 @@ def test_store_serves_fleet_rows_from_real_verdicts(
         "a100-15",
         "a100-16",
     }
-    assert rows[xid.job.key].gpu_errors and rows[passed.key].terminal_state == "pass"
+    assert rows[xid.job.key].gpu_errors
     # a window that ends before every job keeps none
     assert not list(store.fleet_jobs(None, datetime(2000, 1, 1, tzinfo=UTC), None))
-    fleet = Fleet().add_all(store.fleet_jobs())
+    fleet = store.fleet_into(Fleet())
+    assert fleet.runs == 3 and fleet.passes == 1 and len(fleet.failures) == 2
+    assert fleet.exposure["gpu-a01"] == 2  # the failed and the passed run there
     assert fleet.report().exposure == "all runs"
     store.close()
 
@@ -525,3 +527,34 @@ def test_only_administrators_read_the_fleet_from_the_store(
     )
     result = runner.invoke(main, ["nodes", "--db", str(tmp_path / "v.sqlite"), "--no-events"])
     assert result.exit_code == 0 and "0 job runs" in result.output
+
+
+def test_show_says_when_the_responsible_node_failed_other_jobs(
+    tmp_path: Path, diagnosed: Diagnoses, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attribution.access import Caller
+
+    _, verdict = diagnosed(CASES / "blind10-shared-c03-xid79-own-gpu-midrun")
+    assert verdict.responsible, "the case blames a node"
+    node = verdict.responsible[0].node
+    db = tmp_path / "v.sqlite"
+    with Store(db) as store:
+        store.save(verdict)
+        for job_id, user in (("9001", "ann"), ("9002", "bob"), ("9003", "ann")):
+            job = dataclasses.replace(verdict.job, job_id=job_id, user=user)
+            store.save(dataclasses.replace(verdict, job=job))
+    monkeypatch.setattr(
+        Caller, "current", classmethod(lambda cls, groups: cls(uid=0, name="root", admin=True))
+    )
+    runner = CliRunner()
+    result = runner.invoke(main, ["show", verdict.job.job_id, "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert f"{node} was responsible for 3 other failed job(s) of 2 user(s)" in text
+    data = json.loads(runner.invoke(main, ["show", "9001", "--db", str(db), "--json"]).output)
+    # seen from 9001: the first job (its own user), 9002 (bob) and 9003 (ann)
+    assert data["record"]["fleet"][node] == {
+        "jobs": 3,
+        "users": len({verdict.job.user, "bob", "ann"}),
+        "since": data["record"]["fleet"][node]["since"],
+    }

@@ -165,7 +165,7 @@ def build(
 
             fleet = Fleet(topology=topo, options=options, since=window[0], until=window[1])
             with Store(store_path(db, config), readonly=True) as store:
-                fleet.add_all(store.fleet_jobs(window[0], window[1], partition))
+                store.fleet_into(fleet, window[0], window[1], partition)
             if events:
                 _slurm_events(fleet, config, window)
     except AttributionError as exc:
