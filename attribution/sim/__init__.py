@@ -28,13 +28,16 @@ Modules: ``scenario`` (the model, YAML loading), ``formats`` (log line formats),
 ``state`` (one run's nodes, clocks and emitted lines), ``background`` (boot lines,
 chatter, red herrings), ``job`` (start-up and progress output), ``cascade`` (peer
 errors, watchdogs, teardown), ``families`` (the chains, one module per family),
-``render`` and ``generate`` (the bundle in memory), ``writer`` (to disk) and
-``sweep`` (varied scenarios from one seed). Host lists go through
-:mod:`attribution.hostlist`, time zones through :mod:`attribution.timeutil`.
+``render`` and ``generate`` (the bundle in memory), ``writer`` (to disk),
+``sweep`` (varied scenarios from one seed) and ``fleet`` (weeks of job verdicts on a
+whole fleet with planted faults and their ground truth, for scoring the fleet view).
+Host lists go through :mod:`attribution.hostlist`, time zones through
+:mod:`attribution.timeutil`.
 """
 
 from __future__ import annotations
 
+from attribution.sim.fleet import FleetHistory, FleetSpec, FleetTruth, generate_fleet, write_fleet
 from attribution.sim.formats import LineFormat, format_line
 from attribution.sim.generate import SimBundle, generate
 from attribution.sim.scenario import (
@@ -55,6 +58,9 @@ __all__ = [
     "CHAINS",
     "Expected",
     "FaultSpec",
+    "FleetHistory",
+    "FleetSpec",
+    "FleetTruth",
     "LineFormat",
     "NoiseSpec",
     "OutOfWindowSpec",
@@ -63,8 +69,10 @@ __all__ = [
     "SkewSpec",
     "format_line",
     "generate",
+    "generate_fleet",
     "load_scenarios",
     "scenario_dict",
     "sweep",
     "write_bundle",
+    "write_fleet",
 ]
