@@ -39,13 +39,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from attribution.topology import Group, Topology
 
+# parts a block or NVLink domain shares: its NVLink/NVSwitch fabric
+FABRIC_PARTS = ("nvlink", "nvswitch", "fabric")
 # verdicts that may blame a node (an application verdict never does)
 NODE_DOMAINS = frozenset({"hardware", "system_software", "infrastructure"})
 # failures a common cause may explain: everything but the application's own
@@ -132,6 +134,15 @@ class FleetJob:
             and not self.responsible
             and ((self.state or "").upper() == "NODE_FAIL" or bool(self.failed_node))
         )
+
+    @property
+    def named_nodes(self) -> tuple[str, ...]:
+        """The nodes the verdict names: blamed, else suspects, else the failed node."""
+        if self.responsible:
+            return tuple(dict.fromkeys(b.node for b in self.responsible))
+        if self.suspects:
+            return self.suspects
+        return (self.failed_node,) if self.failed_node else ()
 
     @property
     def fault_nodes(self) -> tuple[str, ...]:
@@ -230,6 +241,7 @@ class DomainRow:
     nodes_failing: int = 0
     top_share: float = 0.0
     jobs: tuple[str, ...] = ()
+    users: int = 0
 
 
 @dataclass(slots=True)
@@ -370,6 +382,7 @@ class Fleet:
         self.options = options or FleetOptions()
         self.since, self.until = since, until
         self.exposure: Counter[str] = Counter()
+        self.domain_runs: Counter[Group] = Counter()  # runs placed wholly inside each domain
         self.partition_of: dict[str, Counter[str]] = defaultdict(Counter)
         self.failures: list[FleetJob] = []
         self.node_events: list[NodeEvent] = []
@@ -406,6 +419,8 @@ class Fleet:
         self.runs += runs
         self.passes += passed
         self.failed += failed
+        for group in self.topology.containing(nodes):
+            self.domain_runs[group] += runs
         part = partition or ""
         for node in nodes:
             self.exposure[node] += runs
@@ -431,10 +446,21 @@ class Fleet:
         in_incident = {key for i in incidents for key in i.jobs}
         failures = [j for j in self.failures if j.key not in in_incident]
         primary = {n: c.most_common(1)[0][0] for n, c in self.partition_of.items()}
-        domains = self._domains(failures)
-        nodes, baselines = self._nodes(failures, primary, domains)
+        nodes, baselines = self._nodes(failures, primary, ())
         silent, cohorts = self._silent(primary)
-        links = self._links(failures)
+        explained = {r.node: "node" for r in nodes if r.status == "suspect"}
+        explained.update({r.node: "node" for r in silent if r.status == "suspect"})
+        links = self._links(failures, explained)
+        pairs = {(r.a, r.b) for r in links if r.status == "suspect"}
+        domains = self._domains(failures, explained, pairs)
+        suspect_domains = [d for d in domains if d.status == "suspect"]
+        if suspect_domains:  # judged again: a suspect domain may explain its nodes and links
+            nodes, baselines = self._nodes(failures, primary, suspect_domains)
+            for row in links:
+                domain = next((d for d in suspect_domains if {row.a, row.b} <= d.group.nodes), None)
+                if row.status == "suspect" and domain is not None:
+                    row.status = "domain"
+                    row.reason = f"explained by {domain.group.label}, a suspect failure domain"
         gpus = self._gpus()
         drains, held = self._drains(nodes, primary)
         return FleetReport(
@@ -482,7 +508,10 @@ class Fleet:
             inside = [
                 j
                 for j in common
-                if j.key not in taken and j.fault_nodes and set(j.fault_nodes) <= group.nodes
+                if j.key not in taken
+                and j.fault_nodes
+                and set(j.fault_nodes) <= group.nodes
+                and domain_failure(group.kind, j)
             ]
             if len(inside) < 2:
                 continue
@@ -550,39 +579,74 @@ class Fleet:
                     named[node] += 1
         return blamed, named
 
-    def _domains(self, failures: Sequence[FleetJob]) -> list[DomainRow]:
+    def _domains(
+        self,
+        failures: Sequence[FleetJob],
+        explained: Mapping[str, str],
+        pairs: Collection[tuple[str, str]] = (),
+    ) -> list[DomainRow]:
+        """The failure-domain test: runs placed wholly inside a domain (``domain_runs``)
+        against their failures that the domain's shared part could cause
+        (``domain_failure``) and no suspect node explains, against the rate of such failures
+        in the other domains of its kind; suspect only when the failures spread over at
+        least ``incident_min_nodes`` of its nodes and no one node is half of what they name
+        (one bad node must not make its switch suspect). Failures of a suspect node or on a
+        suspect link (``pairs``) are theirs, not the domain's."""
         o = self.options
         groups = self.topology.leaves()
         if not groups:
             return []
-        blamed, _ = self._blame_counts(failures)
-        total_k = sum(len(v) for v in blamed.values())
-        total_n = sum(self.exposure.values())
+        inside: dict[Group, list[FleetJob]] = defaultdict(list)
+        for job in failures:
+            if any(n in explained for n in job.fault_nodes):
+                continue
+            if any((min(a, b), max(a, b)) in pairs for a, b in job.links):
+                continue  # a suspect link's failure, not the domain's
+            for group in self.topology.containing(job.nodes):
+                if domain_failure(group.kind, job):
+                    inside[group].append(job)
+        total_k: Counter[str] = Counter()
+        total_n: Counter[str] = Counter()
+        for group in groups:
+            total_k[group.kind] += len(inside.get(group, ()))
+            total_n[group.kind] += self.domain_runs.get(group, 0)
         rows = []
         for group in groups:
-            members = [n for n in group.nodes if self.exposure[n]]
-            k = sum(len(blamed.get(n, ())) for n in members)
-            n = sum(self.exposure[m] for m in members)
-            rest_n = total_n - n
-            p0 = (total_k - k) / rest_n if rest_n > 0 else (total_k / total_n if total_n else 0)
+            jobs = inside.get(group, [])
+            n = self.domain_runs.get(group, 0)
+            k = len(jobs)
+            others_n = total_n[group.kind] - n
+            others_k = total_k[group.kind] - k
+            p0 = (others_k + 0.5) / (others_n + 1)  # half a failure: none elsewhere is not 0
             test = Test(k, n, p0, binomial_sf(k, n, p0))
-            per_node = Counter({m: len(blamed[m]) for m in members if blamed.get(m)})
-            top = per_node.most_common(1)[0][1] / k if k else 0.0
-            jobs = tuple(dict.fromkeys(j.key for m in members for j in blamed.get(m, ())))
-            rows.append(DomainRow(group, test, "ok", "", len(per_node), top, jobs))
+            # spread: the nodes the failures name (blamed, else suspects, else the failed
+            # node) and how much of that the busiest one takes
+            named = Counter(m for job in jobs for m in job.named_nodes if m in group.nodes)
+            share = named.most_common(1)[0][1] / sum(named.values()) if named else 0.0
+            spread = {m for job in jobs for m in job.fault_nodes if m in group.nodes}
+            row = DomainRow(group, test, "ok", "", len(spread), share, tuple(j.key for j in jobs))
+            row.users = len({j.user for j in jobs})
+            rows.append(row)
         for row, q in zip(rows, bh([r.test.p for r in rows]), strict=True):
             row.test = Test(row.test.k, row.test.n, row.test.baseline, row.test.p, q)
             t = row.test
             significant = t.q <= o.q and t.k >= o.min_failures and t.ratio >= o.min_ratio
-            if significant and row.nodes_failing >= o.incident_min_nodes and row.top_share < 0.5:
+            spread_out = row.nodes_failing >= o.incident_min_nodes and row.top_share <= 0.5
+            if significant and spread_out and row.users >= o.min_users:
                 row.status = "suspect"
                 row.reason = (
                     f"{t.k} failed jobs over {row.nodes_failing} of its nodes,"
-                    f" {t.ratio:.1f}x the rest of the fleet"
+                    f" {t.ratio:.1f}x the other {row.group.kind}es' rate"
+                    if row.group.kind == "switch"
+                    else f"{t.k} failed jobs over {row.nodes_failing} of its nodes,"
+                    f" {t.ratio:.1f}x the rate of the other {row.group.kind} groups"
                 )
+            elif significant and spread_out:
+                row.status = "one-user"
+                row.reason = f"all {t.k} failures are one user's jobs"
             elif significant:
                 row.status = "one-node"
-                row.reason = f"{row.top_share:.0%} of its failures are on one node"
+                row.reason = f"{row.top_share:.0%} of what its failures name is one node"
         rows.sort(key=lambda r: (r.status != "suspect", r.test.q, -r.test.k))
         return rows
 
@@ -592,6 +656,8 @@ class Fleet:
         primary: Mapping[str, str],
         domains: Sequence[DomainRow],
     ) -> tuple[list[NodeRow], dict[str, float]]:
+        """The node test (module docstring); ``domains``: the suspect failure domains, which
+        may explain their nodes."""
         blamed, named = self._blame_counts(failures)
         k_part: Counter[str] = Counter()
         n_part: Counter[str] = Counter()
@@ -603,6 +669,11 @@ class Fleet:
         suspect_domain = {
             node: row for row in domains if row.status == "suspect" for node in row.group.nodes
         }
+        # the same cause again and again: each cause's rate over the whole fleet
+        cause_k: Counter[str] = Counter()
+        for jobs in blamed.values():
+            cause_k.update(j.cause or j.sub_domain for j in jobs)
+        all_n = sum(self.exposure.values())
         rows: list[NodeRow] = []
         for node, n in self.exposure.items():
             jobs = blamed.get(node, [])
@@ -610,8 +681,22 @@ class Fleet:
             k = len(jobs)
             rest_n = n_part[part] - n
             p0 = (k_part[part] - k) / rest_n if rest_n > 0 else baselines[part]
-            test = Test(k, n, p0, binomial_sf(k, n, p0))
+            p_all = binomial_sf(k, n, p0)
             causes = Counter(j.cause or j.sub_domain for j in jobs)
+            p_cause = 1.0
+            if causes:
+                # the same cause on the same device (GPU, HCA port, DIMM) again and again,
+                # against the fleet's rate of that cause per node and run: one-off faults
+                # land on different devices, a failing part repeats
+                (cause, _part), k_c = Counter(
+                    (j.cause or j.sub_domain, _device(j, node)) for j in jobs
+                ).most_common(1)[0]
+                others = all_n - n
+                # half a failure added: a cause seen nowhere else is rare, not impossible
+                p0_c = (cause_k[cause] - causes[cause] + 0.5) / (others + 1)
+                p_cause = binomial_sf(k_c, n, p0_c)
+            # two tests of one node: Bonferroni
+            test = Test(k, n, p0, min(1.0, 2 * min(p_all, p_cause)))
             devices: Counter[str] = Counter()
             for job in jobs:
                 for b in job.responsible:
@@ -742,7 +827,9 @@ class Fleet:
 
     # ------------------------------------------------------------------ links
 
-    def _links(self, failures: Sequence[FleetJob]) -> list[LinkRow]:
+    def _links(
+        self, failures: Sequence[FleetJob], suspect_nodes: Mapping[str, str]
+    ) -> list[LinkRow]:
         o = self.options
         pair_jobs: dict[tuple[str, str], list[FleetJob]] = defaultdict(list)
         node_jobs: Counter[str] = Counter()
@@ -779,8 +866,12 @@ class Fleet:
         for row, q in zip(rows, bh([r.test.p for r in rows]), strict=True):
             t = row.test = Test(row.test.k, row.test.n, row.test.baseline, row.test.p, q)
             share = t.k / max(min(node_jobs[row.a], node_jobs[row.b]), 1)
+            bad_end = next((n for n in (row.a, row.b) if n in suspect_nodes), None)
             if t.k >= o.min_failures and t.q <= o.q and row.users >= o.min_users:
-                if share >= 0.5:
+                if bad_end is not None:
+                    row.status = "node"
+                    row.reason = f"explained by {bad_end}, itself a suspect node"
+                elif share >= 0.5:
                     row.status = "suspect"
                     row.reason = (
                         f"{t.k} failed jobs of {row.users} users report errors between them"
@@ -881,6 +972,33 @@ class Fleet:
 
 
 _RANK = {"suspect": 0, "domain": 1, "one-user": 2, "node": 2, "low-count": 3, "ok": 4}
+
+
+def domain_failure(kind: str, job: FleetJob) -> bool:
+    """Whether a failure is one a failure domain of ``kind`` could cause: a switch's are
+    network failures (infrastructure); a block's or an NVLink domain's, those and its NVLink
+    fabric's (an NVLink, NVSwitch or Fabric Manager cause or part); a rack's or any other
+    group's (power, cooling), every failure that is not the application's own and names no
+    GPU or DIMM of its own, and nodes Slurm lost."""
+    if job.sub_domain == "infrastructure":
+        return True
+    if kind == "switch":
+        return False
+    fabric = any(
+        part in (job.cause or "") or any(part in (b.component or "") for b in job.responsible)
+        for part in FABRIC_PARTS
+    )
+    if kind in ("block", "nvlink_domain"):
+        return fabric
+    return job.silent or (job.sub_domain in ("ambiguous", "unattributed") and not job.responsible)
+
+
+def _device(job: FleetJob, node: str) -> str | None:
+    """The device (else the component) a job's verdict blames on ``node``."""
+    for blame in job.responsible:
+        if blame.node == node:
+            return blame.device or blame.component
+    return None
 
 
 def _clean(text: str) -> str:
@@ -997,6 +1115,16 @@ class Truth:
     buggy_users: frozenset[str] = frozenset()
     incidents: tuple[frozenset[str], ...] = ()
     spec: Mapping[str, Any] = field(default_factory=dict)
+    # how many runs each planted fault ended ("node:gpu014", "link:gpu049-gpu060",
+    # "domain:leaf09", "silent:gpu051"); None when the history does not say
+    fault_runs: Mapping[str, int] | None = None
+
+    def findable(self, kind: str, name: str, least: int) -> bool:
+        """Whether a planted fault ended at least ``least`` runs (a fault that never showed
+        cannot be found from jobs); true when the history does not say."""
+        if self.fault_runs is None:
+            return True
+        return self.fault_runs.get(f"{kind}:{name.replace('|', '-')}", 0) >= least
 
 
 def _overlap(a: frozenset[str], b: set[str] | frozenset[str]) -> float:
@@ -1005,6 +1133,10 @@ def _overlap(a: frozenset[str], b: set[str] | frozenset[str]) -> float:
 
 def score(fleet: Fleet, report: FleetReport, truth: Truth) -> dict[str, Any]:
     """How well ``report`` finds what ``truth`` planted (``sattr backtest --fleet``).
+
+    ``recall`` counts every planted fault; ``recall_findable`` only those that ended at
+    least ``min_failures`` runs in the history (``Truth.findable``): a fault that never
+    showed in a job cannot be found from jobs.
 
     Planted: bad nodes (found when suspect in the node ranking or its GPU row says the GPU),
     bad links (a suspect pair), bad domains (a suspect domain, or an incident under it) and
@@ -1034,11 +1166,14 @@ def score(fleet: Fleet, report: FleetReport, truth: Truth) -> dict[str, Any]:
         ]
         + [("silent", n, n in found_silent) for n in sorted(truth.silent_nodes)]
     )
+    # a node flagged as a bad node or as a silent one is right when it is either: the drain
+    # decision is per node (a bad DIMM that also makes the node stop responding is both)
+    bad_or_silent = truth.bad_nodes | truth.silent_nodes
     flagged = (
-        [("node", n, n in truth.bad_nodes) for n in sorted(found_nodes)]
+        [("node", n, n in bad_or_silent) for n in sorted(found_nodes)]
         + [("link", f"{a}|{b}", (a, b) in truth.bad_links) for a, b in sorted(found_links)]
         + [("domain", d, d in truth.bad_domains) for d in sorted(found_domains)]
-        + [("silent", n, n in truth.silent_nodes) for n in sorted(found_silent)]
+        + [("silent", n, n in bad_or_silent) for n in sorted(found_silent)]
     )
     user_of = {j.key: j.user for j in fleet.failures}
     buggy = [
@@ -1048,15 +1183,26 @@ def score(fleet: Fleet, report: FleetReport, truth: Truth) -> dict[str, Any]:
         and sum(user_of.get(k) in truth.buggy_users for k in r.jobs) * 2 > len(r.jobs)
     ]
     found_sets = [frozenset(i.jobs) for i in report.incidents]
-    recovered = sum(any(_overlap(p, f) >= 0.8 for f in found_sets) for p in truth.incidents)
+    # a planted event that ended fewer than two jobs (nothing ran there) is no incident to find
+    planted_incidents = [p for p in truth.incidents if len(p) >= 2]
+    recovered = sum(any(_overlap(p, f) >= 0.8 for f in found_sets) for p in planted_incidents)
     spurious = sum(not any(_overlap(p, f) > 0 for p in truth.incidents) for f in found_sets)
     hits = sum(ok for _, _, ok in planted)
+    least = fleet.options.min_failures
+    shown = [(kind, name, ok) for kind, name, ok in planted if truth.findable(kind, name, least)]
+    shown_hits = sum(ok for _, _, ok in shown)
     false = [f"{kind}:{name}" for kind, name, ok in flagged if not ok]
     return {
         "planted": len(planted),
         "found": hits,
         "recall": hits / len(planted) if planted else 1.0,
+        "findable": len(shown),
+        "found_findable": shown_hits,
+        "recall_findable": shown_hits / len(shown) if shown else 1.0,
         "missed": [f"{kind}:{name}" for kind, name, ok in planted if not ok],
+        "unfindable": [
+            f"{kind}:{name}" for kind, name, _ in planted if not truth.findable(kind, name, least)
+        ],
         "flagged": len(flagged),
         "false": len(false),
         "false_flags": false,
@@ -1071,7 +1217,7 @@ def score(fleet: Fleet, report: FleetReport, truth: Truth) -> dict[str, Any]:
             for kind in ("node", "link", "domain", "silent")
         },
         "buggy_user_suspects": buggy,
-        "incidents_planted": len(truth.incidents),
+        "incidents_planted": len(planted_incidents),
         "incidents_recovered": recovered,
         "incidents_found": len(found_sets),
         "incidents_spurious": spurious,

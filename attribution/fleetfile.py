@@ -167,6 +167,11 @@ def read_truth(path: Path) -> Truth:
                 for i in data.get("incidents") or ()
             ),
             spec=data.get("spec") or {},
+            fault_runs=(
+                {str(k): len(v) for k, v in data["fault_runs"].items()}
+                if isinstance(data.get("fault_runs"), dict)
+                else None
+            ),
         )
     except (TypeError, ValueError, KeyError) as exc:
         raise FleetFileError(f"malformed: {exc}", Location(str(path))) from None

@@ -222,7 +222,19 @@ def _short(text: str, width: int = 40) -> str:
 
 def score_view(scores: Sequence[dict[str, object]]) -> Table:
     table = Table(box=None, pad_edge=False)
-    cols = ("history", "planted", "found", "recall", "flagged", "false", "FDR", "incidents")
+    cols = (
+        "history",
+        "planted",
+        "found",
+        "recall",
+        "findable",
+        "found ",
+        "recall ",
+        "flagged",
+        "false",
+        "FDR",
+        "incidents",
+    )
     for col in cols:
         table.add_column(col)
     for s in scores:
@@ -231,6 +243,9 @@ def score_view(scores: Sequence[dict[str, object]]) -> Table:
             str(s["planted"]),
             str(s["found"]),
             f"{s['recall']:.1%}",
+            str(s["findable"]),
+            str(s["found_findable"]),
+            f"{s['recall_findable']:.1%}",
             str(s["flagged"]),
             str(s["false"]),
             f"{s['fdr']:.1%}",

@@ -16,7 +16,7 @@ Parsing is pure: callers read the file and pass its text, with the path for erro
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from attribution.errors import AttributionError, Location
@@ -82,6 +82,18 @@ class Topology:
             if wanted <= group.nodes and len(group.nodes) < everyone:
                 return group
         return None
+
+    def containing(self, nodes: Sequence[str]) -> tuple[Group, ...]:
+        """The tested groups (``leaves``) that hold every one of ``nodes``: where a job placed
+        on them ran wholly."""
+        if not nodes:
+            return ()
+        wanted = None if len(nodes) == 1 else set(nodes)
+        return tuple(
+            g
+            for g in self.of_node.get(nodes[0], ())
+            if (g.kind != "switch" or g.leaf) and (wanted is None or wanted <= g.nodes)
+        )
 
     def leaves(self) -> tuple[Group, ...]:
         """The groups a fleet test runs on: leaf switches, blocks and mapped groups (racks,
