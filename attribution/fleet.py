@@ -529,18 +529,28 @@ class Fleet:
     def _incident(
         self, burst: list[FleetJob], rate: float, window: float, kind: str, group: Group | None
     ) -> Incident | None:
-        """``burst`` as an incident when it is more than chance: its count has a Poisson tail
-        (at ``rate`` failures per second over the burst's span plus one ``window``) below
-        ``incident_alpha`` shared by every window of the period (Bonferroni over the scan)."""
+        """``burst`` as an incident when it is more than chance. Its span is tested at the
+        smallest of three scales that holds it (``window`` / 30, / 6 and ``window``): the
+        Poisson tail of its count at ``rate`` failures per second over the scale, times the
+        number of such spans in the period and the three scales (Bonferroni over the scan),
+        must be below ``incident_alpha``. It needs jobs of ``incident_min_users`` users, or
+        of one user when most of them Slurm lost or a verdict blames a node on node-side
+        evidence (a user's own bug does not put node faults on several nodes at once)."""
         o = self.options
         nodes = tuple(sorted({n for j in burst for n in j.fault_nodes}))
         users = {j.user for j in burst}
-        if len(burst) < 2 or len(nodes) < o.incident_min_nodes or len(users) < o.incident_min_users:
+        if len(burst) < 2 or len(nodes) < o.incident_min_nodes:
+            return None
+        node_side = sum(j.blames_node or j.silent for j in burst)
+        if len(users) < o.incident_min_users and node_side * 2 <= len(burst):
             return None
         ends = [j.end for j in burst if j.end is not None]
         span = (max(ends) - min(ends)).total_seconds()
-        p = poisson_sf(len(burst), rate * (span + window))
-        if p > o.incident_alpha / max(self._period() / window, 1.0):
+        scales = (window / 30, window / 6, window)
+        scale = next((sc for sc in scales if span <= sc), span)
+        windows = max(self._period() / scale, 1.0) * len(scales)
+        p = min(1.0, poisson_sf(len(burst), rate * scale) * windows)
+        if p > o.incident_alpha:
             return None
         start, end = min(ends), max(ends)
         if group is None:
