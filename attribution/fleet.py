@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from attribution.topology import Group, Topology
+from attribution.topology import Group, Topology, is_node_name
 
 # parts a block or NVLink domain shares: its NVLink/NVSwitch fabric
 FABRIC_PARTS = ("nvlink", "nvswitch", "fabric")
@@ -387,6 +387,8 @@ class Fleet:
         self.failures: list[FleetJob] = []
         self.node_events: list[NodeEvent] = []
         self.notes: list[str] = []  # what could not be read, for the report's header
+        self._keys: set[str] = set()  # failed and added runs (the store's are unique)
+        self.duplicates = 0
         self.runs = 0
         self.passes = 0
         self.failed = 0
@@ -394,7 +396,12 @@ class Fleet:
         self.last: datetime | None = None
 
     def add(self, job: FleetJob) -> None:
-        """One run: exposure for each of its nodes; kept when it failed."""
+        """One run: exposure for each of its nodes; kept when it failed. A key seen before
+        is counted once (and said in ``notes``)."""
+        if job.key in self._keys:
+            self.duplicates += 1
+            return
+        self._keys.add(job.key)
         self.add_exposure(job.nodes, job.partition, 1, int(job.terminal_state == "pass"))
         self.failed += job.failed
         if job.end is not None:
@@ -462,7 +469,7 @@ class Fleet:
                     row.status = "domain"
                     row.reason = f"explained by {domain.group.label}, a suspect failure domain"
         gpus = self._gpus()
-        drains, held = self._drains(nodes, primary)
+        drains, held = self._drains(nodes, silent, primary)
         return FleetReport(
             since=self.since or self.first,
             until=self.until or self.last,
@@ -480,7 +487,12 @@ class Fleet:
             held_back=held,
             baselines=baselines,
             cohorts=cohorts,
-            notes=list(self.notes),
+            notes=list(self.notes)
+            + (
+                [f"{self.duplicates:,} run(s) given twice were counted once"]
+                if self.duplicates
+                else []
+            ),
         )
 
     # ------------------------------------------------------------------ incidents
@@ -761,10 +773,7 @@ class Fleet:
             if p > o.q / max(len(self.exposure), 1):  # Bonferroni inside the domain
                 row.domain = domain.group.label
                 return "domain", f"explained by {domain.group.label} ({d.k} failed jobs under it)"
-        return (
-            "suspect",
-            f"{top}{on} in {t.k} jobs of {row.users} users, {t.ratio:.1f}x its partition",
-        )
+        return "suspect", f"{top}{on} in {t.k} jobs of {row.users} users, {_times(t.ratio)}"
 
     # ------------------------------------------------------------------ silent nodes
 
@@ -823,7 +832,7 @@ class Fleet:
                 row.status = "suspect"
                 parts = []
                 if t.k:
-                    parts.append(f"lost under {t.k} jobs (NODE_FAIL), {t.ratio:.1f}x its partition")
+                    parts.append(f"lost under {t.k} jobs (NODE_FAIL), {_times(t.ratio)}")
                 if row.events:
                     parts.append(f"{row.events} not-responding events")
                 row.reason = "; ".join(parts)
@@ -891,10 +900,12 @@ class Fleet:
                     row.status = "node"
                     busiest = row.a if node_jobs[row.a] >= node_jobs[row.b] else row.b
                     row.reason = f"{busiest} is named with many peers: the node, not this link"
-            row.confirm = (
-                f"srun -N2 -w {row.a},{row.b} --ntasks-per-node=<GPUs per node> all_reduce_perf"
-                " -b 8 -e 4G -f 2 -g 1  (then each of the two with a third, healthy node)"
-            )
+            if is_node_name(row.a) and is_node_name(row.b):
+                row.confirm = (
+                    f"srun -N2 -w {row.a},{row.b} --ntasks-per-node=<GPUs per node>"
+                    " all_reduce_perf -b 8 -e 4G -f 2 -g 1  (then each of the two with a third,"
+                    " healthy node)"
+                )
         rows.sort(key=lambda r: (_RANK.get(r.status, 5), r.test.q, -r.test.k))
         return rows
 
@@ -949,34 +960,50 @@ class Fleet:
     # ------------------------------------------------------------------ drains
 
     def _drains(
-        self, rows: Sequence[NodeRow], primary: Mapping[str, str]
+        self, rows: Sequence[NodeRow], silent: Sequence[SilentRow], primary: Mapping[str, str]
     ) -> tuple[list[str], list[str]]:
+        """One ``scontrol ... state=drain`` line per suspect node, then per suspect silent
+        node not listed yet, the most significant first, at most ``max_drain_share`` of a
+        partition's nodes (at least one); a one-user node's line is commented out."""
         o = self.options
         size = Counter(primary.get(n, "") for n in self.exposure)
         used: Counter[str] = Counter()
-        lines, held = [], []
-        for row in rows:
-            if row.status not in ("suspect", "one-user"):
+        lines: list[str] = []
+        held: list[str] = []
+        listed: set[str] = set()
+        wanted: list[tuple[str, str, str, datetime | None, Test]] = [
+            (row.node, row.status, row.reason, row.first, row.test)
+            for row in rows
+            if row.status in ("suspect", "one-user")
+        ]
+        wanted += [
+            (row.node, "suspect", row.reason, row.first, row.test)
+            for row in silent
+            if row.status == "suspect"
+        ]
+        for node, status, why, first, t in wanted:
+            if node in listed:
                 continue
-            part = row.partition or ""
+            listed.add(node)
+            if not is_node_name(node):
+                held.append(f"{node[:40]!r}: not a plain host name, no line printed")
+                continue
+            part = primary.get(node, "")
             cap = max(1, math.floor(size[part] * o.max_drain_share))
-            t = row.test
-            since = row.first.strftime("%Y-%m-%d") if row.first else "?"
-            if row.status == "suspect":
-                reason = (
-                    f"attribution node problem: {row.reason}, since {since}"
-                    f" (p={t.p:.1e} q={t.q:.1e})"
-                )
-                line = f'scontrol update nodename={row.node} state=drain reason="{_clean(reason)}"'
+            since = first.strftime("%Y-%m-%d") if first else "?"
+            if status == "suspect":
+                reason = f"attribution node problem: {why}, since {since} (p={t.p:.1e} q={t.q:.1e})"
                 if used[part] >= cap:
-                    held.append(f"{row.node} (partition {part or '?'}: cap of {cap} reached)")
+                    held.append(f"{node} (partition {part or '?'}: cap of {cap} reached)")
                     continue
                 used[part] += 1
-                lines.append(line)
-            else:
-                reason = f"attribution user problem: {row.reason}"
                 lines.append(
-                    f'# scontrol update nodename={row.node} state=drain reason="{_clean(reason)}"'
+                    f'scontrol update nodename={node} state=drain reason="{_clean(reason)}"'
+                )
+            else:
+                reason = f"attribution user problem: {why}"
+                lines.append(
+                    f'# scontrol update nodename={node} state=drain reason="{_clean(reason)}"'
                 )
         return lines, held
 
@@ -1009,6 +1036,13 @@ def _device(job: FleetJob, node: str) -> str | None:
         if blame.node == node:
             return blame.device or blame.component
     return None
+
+
+def _times(ratio: float) -> str:
+    """A rate ratio against a node's partition, in words."""
+    if math.isinf(ratio):
+        return "never elsewhere in its partition"
+    return f"{ratio:.1f}x its partition"
 
 
 def _clean(text: str) -> str:

@@ -15,18 +15,33 @@ Every malformed line is a one-line error naming the file and line.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-import yaml
-
+from attribution._yaml import load_yaml
 from attribution.errors import AttributionError, Location
-from attribution.fleet import Blame, Fleet, FleetJob, FleetOptions, GpuMark, NodeEvent, Truth
-from attribution.hostlist import HostlistError, expand
+from attribution.fleet import (
+    Blame,
+    Fleet,
+    FleetJob,
+    FleetOptions,
+    GpuMark,
+    NodeEvent,
+    Truth,
+)
+from attribution.hostlist import HostlistError
 from attribution.timeutil import parse_iso
-from attribution.topology import Topology, parse_groups, parse_topology
+from attribution.topology import (
+    Topology,
+    is_node_name,
+    nodes_of,
+    parse_groups,
+    parse_topology,
+)
 
 MAX_TOPOLOGY_BYTES = 64 * 1024 * 1024
 MAX_LINE = 1024 * 1024  # one job's line
@@ -36,65 +51,146 @@ class FleetFileError(AttributionError):
     """A fleet history, topology or group file that cannot be read."""
 
 
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
+def _str(value: Any, name: str, where: Location, *, required: bool = False) -> str | None:
+    """A text field: a string (or a number, as JSON writes job ids); None when absent."""
+    if value is None:
+        if required:
+            raise FleetFileError(f"{name}: missing", where)
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise FleetFileError(f"{name}: expected a string, got {type(value).__name__}", where)
+    return str(value)
+
+
+def _node(value: Any, name: str, where: Location) -> str:
+    text = _str(value, name, where, required=True)
+    assert text is not None
+    if not is_node_name(text):
+        raise FleetFileError(f"{name}: {text[:40]!r} is not a node name", where)
+    return text
+
+
+def _list(value: Any, name: str, where: Location) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise FleetFileError(f"{name}: expected a list, got {type(value).__name__}", where)
+    return value
+
+
+def _map(value: Any, name: str, where: Location) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise FleetFileError(f"{name}: expected an object, got {type(value).__name__}", where)
+    return value
 
 
 def _job(data: Any, where: Location) -> FleetJob:
-    if not isinstance(data, dict):
-        raise FleetFileError("expected a JSON object", where)
+    data = _map(data, "the line", where)
+    nodelist = _str(data.get("nodes"), "nodes", where) or ""
     try:
-        nodes = expand(data.get("nodes") or "")
+        nodes = nodes_of(nodelist)
     except HostlistError as exc:
         raise FleetFileError(f"nodes: {exc}", where) from None
-    end = data.get("end")
-    when = parse_iso(end) if isinstance(end, str) else None
+    bad = next((n for n in nodes if not is_node_name(n)), None)
+    if bad is not None:
+        raise FleetFileError(f"nodes: {bad[:40]!r} is not a node name", where)
+    end = _str(data.get("end"), "end", where)
+    when = parse_iso(end) if end is not None else None
     if end is not None and when is None:
-        raise FleetFileError(f"end: not an ISO 8601 time: {str(end)[:40]!r}", where)
-    try:
-        return FleetJob(
-            key=str(data["key"]),
-            job_id=str(data.get("job_id", data["key"])),
-            user=_text(data.get("user")),
-            partition=_text(data.get("partition")),
-            nodes=nodes,
-            end=when,
-            terminal_state=str(data.get("terminal_state", "pass")),
-            sub_domain=str(data.get("sub_domain") or "none"),
-            state=_text(data.get("state")),
-            cause=_text(data.get("cause")),
-            name=_text(data.get("name")),
-            responsible=tuple(
-                Blame(str(b["node"]), _text(b.get("component")), _text(b.get("device")))
-                for b in data.get("responsible") or ()
-            ),
-            suspects=tuple(str(n) for n in data.get("suspects") or ()),
-            links=tuple((str(a), str(b)) for a, b in data.get("links") or ()),
-            gpu_errors=tuple(
-                GpuMark(str(g["node"]), str(g["device"]), int(g["code"]), _text(g.get("xid_class")))
-                for g in data.get("gpu_errors") or ()
-            ),
-            failed_node=_text(data.get("failed_node")),
+        raise FleetFileError(f"end: not an ISO 8601 time: {end[:40]!r}", where)
+    key = _str(data.get("key"), "key", where, required=True)
+    assert key is not None
+    responsible = []
+    for item in _list(data.get("responsible"), "responsible", where):
+        b = _map(item, "responsible[]", where)
+        responsible.append(
+            Blame(
+                _node(b.get("node"), "responsible[].node", where),
+                _str(b.get("component"), "responsible[].component", where),
+                _str(b.get("device"), "responsible[].device", where),
+            )
         )
-    except KeyError as exc:
-        raise FleetFileError(f"missing field {exc}", where) from None
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise FleetFileError(f"malformed field: {exc}", where) from None
+    links = []
+    for pair in _list(data.get("links"), "links", where):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise FleetFileError("links[]: expected [reporter, peer]", where)
+        links.append((_node(pair[0], "links[][0]", where), _node(pair[1], "links[][1]", where)))
+    marks = []
+    for item in _list(data.get("gpu_errors"), "gpu_errors", where):
+        g = _map(item, "gpu_errors[]", where)
+        code = g.get("code")
+        if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code < 1_000_000:
+            raise FleetFileError("gpu_errors[].code: expected an XID number", where)
+        marks.append(
+            GpuMark(
+                _node(g.get("node"), "gpu_errors[].node", where),
+                _str(g.get("device"), "gpu_errors[].device", where, required=True) or "",
+                code,
+                _str(g.get("xid_class"), "gpu_errors[].xid_class", where),
+            )
+        )
+    failed_node = data.get("failed_node")
+    return FleetJob(
+        key=key,
+        job_id=_str(data.get("job_id"), "job_id", where) or key,
+        user=_str(data.get("user"), "user", where),
+        partition=_str(data.get("partition"), "partition", where),
+        nodes=nodes,
+        end=when,
+        terminal_state=_str(data.get("terminal_state"), "terminal_state", where) or "pass",
+        sub_domain=_str(data.get("sub_domain"), "sub_domain", where) or "none",
+        state=_str(data.get("state"), "state", where),
+        cause=_str(data.get("cause"), "cause", where),
+        name=_str(data.get("name"), "name", where),
+        responsible=tuple(responsible),
+        suspects=tuple(
+            _node(n, "suspects[]", where) for n in _list(data.get("suspects"), "suspects", where)
+        ),
+        links=tuple(links),
+        gpu_errors=tuple(marks),
+        failed_node=None if failed_node is None else _node(failed_node, "failed_node", where),
+    )
+
+
+def _regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading when it is a regular file (a FIFO or device would hang or
+    never end).
+
+    Raises:
+        FleetFileError: it is not a regular file, or cannot be opened.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise FleetFileError(f"cannot read: {exc.strerror}", Location(str(path))) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FleetFileError("not a regular file", Location(str(path)))
+    return os.fdopen(fd, "rb")
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    try:
-        with path.open("rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                if len(raw) > MAX_LINE:
-                    raise FleetFileError(
-                        f"line longer than {MAX_LINE:,} bytes", Location(str(path), number)
-                    )
-                text = raw.decode("utf-8", errors="replace").strip()
-                if text:
-                    yield number, text
-    except OSError as exc:
-        raise FleetFileError(f"cannot read: {exc.strerror}", Location(str(path))) from None
+    """The non-blank lines of a JSON-lines file (UTF-8, a BOM allowed), each at most
+    ``MAX_LINE`` bytes (read no further than that)."""
+    with _regular(path) as handle:
+        number = 0
+        while True:
+            try:
+                raw = handle.readline(MAX_LINE + 1)
+            except OSError as exc:
+                raise FleetFileError(f"cannot read: {exc.strerror}", Location(str(path))) from None
+            if not raw:
+                return
+            number += 1
+            if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
+                raise FleetFileError(
+                    f"line longer than {MAX_LINE:,} bytes", Location(str(path), number)
+                )
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            text = raw.decode("utf-8", errors="replace").strip()
+            if text:
+                yield number, text
 
 
 def _json(text: str, where: Location) -> Any:
@@ -102,6 +198,8 @@ def _json(text: str, where: Location) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise FleetFileError(f"not JSON: {exc.msg}", where) from None
+    except (ValueError, RecursionError) as exc:  # 5,000-digit numbers, 100,000 brackets
+        raise FleetFileError(f"not usable JSON: {str(exc)[:80]}", where) from None
 
 
 def read_jobs(path: Path) -> Iterator[FleetJob]:
@@ -126,13 +224,16 @@ def read_events(path: Path) -> list[NodeEvent]:
     events = []
     for number, text in _lines(path):
         where = Location(str(path), number)
-        data = _json(text, where)
-        at = parse_iso(str(data.get("at"))) if isinstance(data, dict) else None
-        if not isinstance(data, dict) or at is None or not data.get("node"):
-            raise FleetFileError("expected {node, at, state, reason}", where)
+        data = _map(_json(text, where), "the line", where)
+        at = parse_iso(_str(data.get("at"), "at", where, required=True) or "")
+        if at is None:
+            raise FleetFileError("at: not an ISO 8601 time", where)
         events.append(
             NodeEvent(
-                str(data["node"]), at, str(data.get("state", "")), str(data.get("reason", ""))
+                _node(data.get("node"), "node", where),
+                at,
+                _str(data.get("state"), "state", where) or "",
+                _str(data.get("reason"), "reason", where) or "",
             )
         )
     return events
@@ -144,13 +245,12 @@ def read_truth(path: Path) -> Truth:
     Raises:
         FleetFileError: when it is missing or not the documented shape.
     """
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise FleetFileError(f"cannot read: {exc.strerror}", Location(str(path))) from None
-    except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", -1) + 1
-        raise FleetFileError("not YAML", Location(str(path), line)) from None
+    with _regular(path) as handle:
+        raw = handle.read(MAX_TOPOLOGY_BYTES + 1)
+    if len(raw) > MAX_TOPOLOGY_BYTES:
+        raise FleetFileError(f"larger than {MAX_TOPOLOGY_BYTES // 2**20} MiB", Location(str(path)))
+    data, _ = load_yaml(raw.decode("utf-8", errors="replace"), str(path))
+    data = data or {}
     if not isinstance(data, dict):
         raise FleetFileError("expected a map", Location(str(path)))
     try:
@@ -178,16 +278,11 @@ def read_truth(path: Path) -> Truth:
 
 
 def _read_small(path: Path) -> str:
-    try:
-        if not path.is_file():
-            raise FleetFileError("not a regular file", Location(str(path)))
-        if path.stat().st_size > MAX_TOPOLOGY_BYTES:
-            raise FleetFileError(
-                f"larger than {MAX_TOPOLOGY_BYTES // 2**20} MiB", Location(str(path))
-            )
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise FleetFileError(f"cannot read: {exc.strerror}", Location(str(path))) from None
+    with _regular(path) as handle:
+        raw = handle.read(MAX_TOPOLOGY_BYTES + 1)
+    if len(raw) > MAX_TOPOLOGY_BYTES:
+        raise FleetFileError(f"larger than {MAX_TOPOLOGY_BYTES // 2**20} MiB", Location(str(path)))
+    return raw.decode("utf-8", errors="replace")
 
 
 def load_topology(topology: Path | None, groups: Path | None) -> Topology:
@@ -200,11 +295,9 @@ def load_topology(topology: Path | None, groups: Path | None) -> Topology:
     if topology is not None:
         found = parse_topology(_read_small(topology), str(topology))
     if groups is not None:
-        try:
-            data = yaml.safe_load(_read_small(groups))
-        except yaml.YAMLError:
-            raise FleetFileError("not YAML", Location(str(groups))) from None
-        found = found.merged(parse_groups(data, str(groups)))
+        data, _ = load_yaml(_read_small(groups), str(groups))  # no aliases: no YAML bombs
+        if data is not None:
+            found = found.merged(parse_groups(data, str(groups)))
     return found
 
 
@@ -230,11 +323,17 @@ def load_history(
             groups_file if groups_file.exists() else None,
         )
     fleet = Fleet(topology=topology, options=options, since=since, until=until)
+    timeless = 0
     for job in read_jobs(base / "jobs.jsonl"):
-        if job.end is None or (partition and job.partition != partition):
+        if job.end is None:
+            timeless += 1
+            continue
+        if partition and job.partition != partition:
             continue
         if (since is None or job.end >= since) and (until is None or job.end < until):
             fleet.add(job)
+    if timeless:
+        fleet.notes.append(f"{timeless:,} run(s) without an end time were left out")
     fleet.add_events(
         e
         for e in read_events(base / "node_events.jsonl")

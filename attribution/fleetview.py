@@ -1,5 +1,10 @@
 """Human views of the fleet report (``sattr nodes``, ``incidents``, ``links``, ``gpus``):
-rich tables with a short reason per row; ``--json`` uses ``fleet.report_to_dict`` instead."""
+rich tables with a short reason per row; ``--json`` uses ``fleet.report_to_dict`` instead.
+
+Print them on a console without markup (``cli.common.console(markup=False)``): node names,
+causes and reasons come from verdicts and files. The lines meant to be copied into a shell
+(drain suggestions, nccl-tests runs) are plain text from ``drain_lines`` and ``confirm_lines``,
+printed without wrapping."""
 
 from __future__ import annotations
 
@@ -130,25 +135,30 @@ def nodes_view(report: FleetReport, show_all: bool = False) -> RenderableType:
                 s.reason,
             )
         parts.append(st)
-    parts.append(drains_view(report))
     return Lines(*parts)
 
 
-def drains_view(report: FleetReport) -> RenderableType:
+def drain_lines(report: FleetReport) -> list[str]:
+    """The drain suggestions as plain lines, with their heading (none: one line saying so)."""
     o = report.options
     if not report.drains and not report.held_back:
-        return Text("drain suggestions: none", style="dim")
-    text = Text()
-    text.append(
-        f"drain suggestions (shadow mode: never run; at most {o.max_drain_share:.0%} of a"
-        " partition at once; '#' lines are user problems, not node ones):\n",
-        style="bold",
-    )
-    for line in report.drains:
-        text.append(line + "\n")
-    for held in report.held_back:
-        text.append(f"# held back: {held}\n", style="dim")
-    return text
+        return ["drain suggestions: none"]
+    lines = [
+        f"# drain suggestions (shadow mode: never run; at most {o.max_drain_share:.0%} of a"
+        " partition at once; commented lines are user problems, not node ones):"
+    ]
+    lines += report.drains
+    lines += [f"# held back: {held}" for held in report.held_back]
+    return lines
+
+
+def confirm_lines(report: FleetReport) -> list[str]:
+    """For each suspect node pair, the nccl-tests run that would confirm it."""
+    return [
+        f"# confirm {r.a} <-> {r.b}: {r.confirm}"
+        for r in report.links
+        if r.status == "suspect" and r.confirm
+    ]
 
 
 def incidents_view(report: FleetReport) -> RenderableType:
@@ -176,7 +186,6 @@ def links_view(report: FleetReport, show_all: bool = False) -> RenderableType:
     table = Table(box=None, pad_edge=False)
     for col in ("pair", "failed", "of", "p", "q", "users", "status", "reason"):
         table.add_column(col)
-    confirm = Text()
     for r in rows:
         table.add_row(
             f"{r.a} <-> {r.b}",
@@ -188,12 +197,8 @@ def links_view(report: FleetReport, show_all: bool = False) -> RenderableType:
             _status(r.status),
             r.reason,
         )
-        if r.status == "suspect":
-            confirm.append(f"confirm {r.a} <-> {r.b}: {r.confirm}\n")
     body: list[RenderableType] = [method(report)]
     body.append(table if rows else Text("links: no pair stands out", style="dim"))
-    if confirm:
-        body.append(confirm)
     return Lines(*body)
 
 

@@ -24,9 +24,10 @@ from sqlite_utils import Database, Migrations
 
 from attribution.errors import Location, StoreError
 from attribution.fleet import LINK_EVENTS, Blame, Fleet, FleetJob, GpuMark
-from attribution.hostlist import HostlistError, expand
+from attribution.hostlist import HostlistError
 from attribution.model import JobRecord, Verdict, to_jsonable, verdict_to_dict
 from attribution.timeutil import parse_iso
+from attribution.topology import nodes_of
 
 migrations = Migrations("attribution")
 
@@ -226,10 +227,8 @@ def _iso(value: datetime | None) -> str | None:
 def _nodes(nodelist: str | None) -> tuple[str, ...]:
     """A stored node list expanded (cached: jobs on the same nodes are common); a list that
     no longer expands counts as no node rather than stopping the whole fleet view."""
-    if nodelist and not any(c in nodelist for c in "[],"):
-        return (nodelist.strip(),)  # one node: most jobs
     try:
-        return expand(nodelist)
+        return nodes_of(nodelist)
     except HostlistError:
         return ()
 
@@ -240,9 +239,10 @@ def _when(text: str | None) -> datetime | None:
     if not text:
         return None
     try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return parse_iso(text)
+        value = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return parse_iso(str(text))
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 # the failed runs the fleet view reads one by one (the rest it only counts): every failure but
@@ -866,6 +866,12 @@ class Store:
         Raises:
             StoreError: when the database cannot be read.
         """
+        if not self._has_table("runs"):  # opened read-only before the worker migrated it
+            fleet.notes.append(
+                "this store has no runs table yet (the worker adds it when it next starts):"
+                " exposure from failed runs only"
+            )
+            return fleet.add_all(self.fleet_jobs(since, until, partition))
         where, params = _fleet_window("runs", since, until, partition)
         sql = (
             "SELECT nodelist, partition, count(*), sum(terminal_state = 'pass'),"
@@ -905,7 +911,8 @@ class Store:
         try:
             blame: dict[str, list[Blame]] = defaultdict(list)
             for key, node, component, device in conn.execute(
-                f"SELECT key, node, component, device FROM responsible WHERE key IN ({failed})",
+                "SELECT key, node, component, device FROM responsible"
+                f" WHERE node IS NOT NULL AND key IN ({failed})",
                 params,
             ):
                 blame[key].append(Blame(node, component, device))
@@ -918,14 +925,19 @@ class Store:
             marks: dict[str, list[GpuMark]] = defaultdict(list)
             for key, node, device, code, xid_class in conn.execute(
                 "SELECT key, node, device, code, xid_class FROM gpu_errors"
-                f" WHERE key IN ({failed})",
+                " WHERE node IS NOT NULL AND device IS NOT NULL AND code IS NOT NULL"
+                f" AND key IN ({failed})",
                 params,
             ):
                 marks[key].append(GpuMark(node, device, code, xid_class))
+            joined = (
+                "r.failed_node FROM verdicts v LEFT JOIN runs r ON r.key = v.key"
+                if self._has_table("runs")
+                else "NULL FROM verdicts v"  # a store the worker has not migrated yet
+            )
             rows = conn.execute(
                 'SELECT v.key, v.job_id, v.user, v.name, v.partition, v.nodelist, v."end",'
-                " v.state, v.sub_domain, v.cause_id, v.suspect_nodes, r.failed_node"
-                " FROM verdicts v LEFT JOIN runs r ON r.key = v.key"
+                f" v.state, v.sub_domain, v.cause_id, v.suspect_nodes, {joined}"
                 f" WHERE {where} AND {kept}",
                 params,
             )
@@ -956,6 +968,12 @@ class Store:
                 )
         except sqlite3.Error as exc:
             raise self._unreadable(exc) from None
+
+    def _has_table(self, name: str) -> bool:
+        found = self.db.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [name]
+        ).fetchall()
+        return bool(found)
 
     def responsible_elsewhere(self, node: str, since: datetime, exclude: str) -> dict[str, Any]:
         """How many other failed jobs (not ``exclude``) ended since ``since`` with ``node``

@@ -25,6 +25,47 @@ from attribution.hostlist import HostlistError, expand
 MAX_TOPOLOGY_NODES = 1_000_000  # nodes one file may name in all (a typo like n[1-99999999])
 
 
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def is_node_name(text: str) -> bool:
+    """Whether ``text`` is a plain host name (letters, digits, ``.``, ``_``, ``-``): the only
+    names the fleet view puts into a line an operator may paste into a shell."""
+    return _NODE_NAME.fullmatch(text) is not None
+
+
+MAX_LIST_NODES = 200_000  # the host list module's own bound
+
+
+def nodes_of(nodelist: str | None) -> tuple[str, ...]:
+    """A run's node list as node names, in no particular order (the fleet view only counts):
+    plain comma-separated names are split directly (ClusterShell's parser grows
+    quadratically with them), each bracketed piece goes through ``hostlist.expand``.
+
+    Raises:
+        HostlistError: a malformed piece, or more than ``MAX_LIST_NODES`` nodes.
+    """
+    if not nodelist:
+        return ()
+    out: dict[str, None] = {}
+    depth, start, pieces = 0, 0, []
+    for i, char in enumerate(nodelist):
+        depth += (char == "[") - (char == "]")
+        if char == "," and depth == 0:
+            pieces.append(nodelist[start:i])
+            start = i + 1
+    pieces.append(nodelist[start:])
+    for piece in pieces:
+        piece = piece.strip()
+        if _NODE_NAME.fullmatch(piece):
+            out[piece] = None
+        elif piece:
+            out.update(dict.fromkeys(expand(piece)))
+        if len(out) > MAX_LIST_NODES:
+            raise HostlistError(f"node list names more than {MAX_LIST_NODES:,} nodes")
+    return tuple(out)
+
+
 class TopologyError(AttributionError):
     """A topology file or group map that cannot be used (names the file and line)."""
 
@@ -125,8 +166,8 @@ def parse_topology(text: str, path: str = "topology.conf") -> Topology:
         if not name:
             continue
         try:
-            nodes = expand(pairs.get("nodes", ""))
-            children = expand(pairs.get("switches", ""))
+            nodes = nodes_of(pairs.get("nodes", ""))
+            children = nodes_of(pairs.get("switches", ""))
         except HostlistError as exc:
             raise TopologyError(str(exc), Location(path, number)) from None
         total += len(nodes)
@@ -136,14 +177,17 @@ def parse_topology(text: str, path: str = "topology.conf") -> Topology:
             )
         if "blockname" in pairs:
             blocks.append(Group("block", name, frozenset(nodes)))
+        elif name in leaves or name in parents:
+            raise TopologyError(f"switch {name!r} is defined twice", Location(path, number))
         elif nodes:
             leaves[name] = frozenset(nodes)
         elif children:
             parents[name] = (children, number)
     groups = [Group("switch", n, nodes) for n, nodes in leaves.items()]
     resolved: dict[str, frozenset[str]] = dict(leaves)
+    members = [total]  # every switch's and block's nodes, counted against the bound
 
-    def nodes_of(switch: str, seen: tuple[str, ...]) -> frozenset[str]:
+    def members_of(switch: str, seen: tuple[str, ...]) -> frozenset[str]:
         if switch in resolved:
             return resolved[switch]
         if switch not in parents:
@@ -153,13 +197,19 @@ def parse_topology(text: str, path: str = "topology.conf") -> Topology:
             raise TopologyError(
                 f"switch {switch!r} contains itself", Location(path, parents[switch][1])
             )
-        children, _ = parents[switch]
-        found = frozenset().union(*(nodes_of(c, (*seen, switch)) for c in children))
+        children, line = parents[switch]
+        found = frozenset().union(*(members_of(c, (*seen, switch)) for c in children))
+        members[0] += len(found)
+        if members[0] > MAX_TOPOLOGY_NODES:
+            raise TopologyError(
+                f"its switches hold more than {MAX_TOPOLOGY_NODES:,} nodes in all",
+                Location(path, line),
+            )
         resolved[switch] = found
         return found
 
     for name in parents:
-        groups.append(Group("switch", name, nodes_of(name, ()), leaf=False))
+        groups.append(Group("switch", name, members_of(name, ()), leaf=False))
     return Topology.of([*groups, *blocks])
 
 
@@ -173,13 +223,21 @@ def parse_groups(data: object, path: str = "groups.yaml") -> Topology:
     if not isinstance(data, Mapping):
         raise TopologyError("expected a map of kind -> {name: hostlist}", Location(path))
     groups = []
+    total = 0
     for kind, members in data.items():
         if not isinstance(members, Mapping):
             raise TopologyError(f"{kind!r}: expected a map of name -> hostlist", Location(path))
         for name, hostlist in members.items():
+            if not isinstance(hostlist, str) or not isinstance(name, str | int):
+                raise TopologyError(f'{kind}: expected name: "hostlist" pairs', Location(path))
             try:
-                nodes = expand(str(hostlist))
+                nodes = nodes_of(hostlist)
             except HostlistError as exc:
                 raise TopologyError(f"{kind} {name}: {exc}", Location(path)) from None
+            total += len(nodes)
+            if total > MAX_TOPOLOGY_NODES:
+                raise TopologyError(
+                    f"its groups hold more than {MAX_TOPOLOGY_NODES:,} nodes in all", Location(path)
+                )
             groups.append(Group(str(kind), str(name), frozenset(nodes)))
     return Topology.of(groups)

@@ -558,3 +558,209 @@ def test_show_says_when_the_responsible_node_failed_other_jobs(
         "users": len({verdict.job.user, "bob", "ann"}),
         "since": data["record"]["fleet"][node]["since"],
     }
+
+
+def test_one_users_jobs_killed_together_with_node_side_evidence_are_an_incident() -> None:
+    """A power trip under one user's campaign: Slurm lost the nodes, an incident all the same
+    (the array-crash test above is the same shape without node-side evidence)."""
+    jobs = background(random.Random(14))
+    when = T0 + timedelta(days=4, seconds=3)
+    for i, node in enumerate(NODES[20:30]):
+        jobs.append(
+            FleetJob(
+                f"pdu{i}",
+                f"77_{i}",
+                "erin",
+                "gpu",
+                (node,),
+                when + timedelta(milliseconds=90 * i),
+                "fail",
+                state="NODE_FAIL",
+                sub_domain="unattributed",
+                failed_node=node,
+            )
+        )
+    _, report = report_of(jobs)
+    (incident,) = report.incidents
+    assert set(incident.jobs) == {f"pdu{i}" for i in range(10)} and incident.users == 1
+
+
+def test_the_same_cause_on_the_same_device_is_a_stronger_signal_than_the_count() -> None:
+    """Three failures of a rare cause on one GPU stand out; three of a common one-off fault on
+    three different GPUs do not (one-off faults land anywhere)."""
+    jobs = background(random.Random(15))
+    # a common one-off fault: 60 of them over the fleet, on random nodes and GPUs
+    rng = random.Random(16)
+    for i in range(60):
+        node = rng.choice(NODES)
+        jobs.append(
+            failing(
+                f"gsp{i}",
+                node,
+                USERS[i % 20],
+                T0 + timedelta(minutes=200 * i + 7),
+                cause="gpu-gsp-failure",
+                sub_domain="system_software",
+                responsible=(Blame(node, "gpu", f"0000:{rng.randrange(8):02x}:00.0"),),
+            )
+        )
+    for i, device in enumerate(("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0")):
+        jobs.append(
+            failing(
+                f"spread{i}",
+                "gpu044",
+                USERS[i],
+                T0 + timedelta(days=2 + 3 * i),
+                cause="gpu-gsp-failure",
+                sub_domain="system_software",
+                responsible=(Blame("gpu044", "gpu", device),),
+            )
+        )
+    for i in range(3):
+        jobs.append(
+            failing(
+                f"dimm{i}",
+                "gpu045",
+                USERS[i + 3],
+                T0 + timedelta(days=1 + 4 * i),
+                cause="node-memory-uncorrectable",
+                responsible=(Blame("gpu045", "memory", "DIMM_B1"),),
+            )
+        )
+    _, report = report_of(jobs)
+    by_node = {r.node: r for r in report.nodes}
+    assert by_node["gpu045"].status == "suspect"
+    assert "node-memory-uncorrectable on DIMM_B1" in by_node["gpu045"].reason
+    assert by_node["gpu044"].status != "suspect"
+
+
+def test_a_flapping_link_inside_a_leaf_is_the_links_not_the_switches() -> None:
+    topo = parse_topology(TOPOLOGY)
+    jobs = background(random.Random(17))
+    for i in range(8):
+        a, b = ("gpu040", "gpu041") if i % 2 else ("gpu041", "gpu040")
+        jobs.append(
+            FleetJob(
+                f"l{i}",
+                f"l{i}",
+                USERS[i % 5],
+                "gpu",
+                ("gpu040", "gpu041"),
+                T0 + timedelta(hours=30 * i),
+                "fail",
+                sub_domain="infrastructure",
+                cause="ib-peer-suspect",
+                suspects=(b,),
+                links=((a, b),),
+            )
+        )
+    _, report = report_of(jobs, topology=topo)
+    assert [(r.a, r.b) for r in report.links if r.status == "suspect"] == [("gpu040", "gpu041")]
+    assert not [d for d in report.domains if d.status == "suspect"]
+
+
+def test_simulate_fleet_and_score_it_from_the_command_line(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "fleet"
+    made = runner.invoke(
+        main, ["simulate", "--fleet", "1", "--seed", "3", "--nodes", "64", "--days", "3", str(out)]
+    )
+    assert made.exit_code == 0, made.output
+    assert (out / "seed-3" / "jobs.jsonl").is_file() and (out / "seed-3" / "truth.yaml").is_file()
+    again = runner.invoke(main, ["simulate", "--fleet", "1", "--seed", "3", str(out)])
+    assert again.exit_code == 1 and "--force" in again.output
+    scored = runner.invoke(main, ["backtest", "--fleet", "--json", str(out)])
+    assert scored.exit_code == 0, scored.output
+    total = json.loads(scored.output)["total"]
+    assert total["planted"] > 0 and total["buggy_user_suspects"] == 0
+    assert 0.0 <= total["fdr"] <= 1.0 and total["findable"] <= total["planted"]
+    wrong = runner.invoke(main, ["simulate", "--nodes", "8", str(out)])
+    assert wrong.exit_code == 2 and "--fleet" in wrong.output
+
+
+# ----------------------------------------------------------------------------- hostile input
+
+
+def test_node_names_that_are_not_host_names_never_reach_a_shell_line(tmp_path: Path) -> None:
+    """A drain or nccl-tests line is pasted into a shell: a node name with shell characters is
+    refused in a history (file and line named) and held back from a store."""
+    jobs = background(random.Random(18), count=50)
+    base = write_history(tmp_path / "h", jobs)
+    with (base / "jobs.jsonl").open("a") as out:
+        out.write(json.dumps({"key": "x", "nodes": "gpu1;touch /tmp/pwned;#", "end": None}) + "\n")
+    result = CliRunner().invoke(main, ["nodes", "--history", str(base)])
+    assert result.exit_code == 1 and "jobs.jsonl:51: nodes:" in result.output
+    assert "is not a node name" in result.output
+
+    from attribution.fleet import Fleet as F
+
+    evil = "gpu9$(reboot)"
+    fleet = F()
+    for i in range(400):
+        fleet.add(FleetJob(f"ok{i}", str(i), USERS[i % 9], "gpu", (f"n{i % 40}",), T0, "pass"))
+    for i in range(8):
+        fleet.add(failing(f"e{i}", evil, USERS[i % 4], T0 + timedelta(days=i)))
+    report = fleet.report()
+    assert any(r.node == evil and r.status == "suspect" for r in report.nodes)
+    assert not any(evil in line for line in report.drains)
+    assert any("not a plain host name" in held for held in report.held_back)
+
+
+def test_special_files_and_yaml_bombs_are_refused_not_read(tmp_path: Path) -> None:
+    import os
+
+    base = write_history(tmp_path / "h", background(random.Random(19), count=10))
+    (base / "node_events.jsonl").unlink(missing_ok=True)
+    os.mkfifo(base / "node_events.jsonl")  # would block a reader forever
+    result = CliRunner().invoke(main, ["nodes", "--history", str(base)])
+    assert result.exit_code == 1 and "node_events.jsonl: not a regular file" in result.output
+    (base / "node_events.jsonl").unlink()
+    bomb = 'a: &a ["x","x","x","x","x","x","x","x"]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a]\n'
+    (base / "groups.yaml").write_text(bomb + "rack: {r1: gpu001}\n")
+    result = CliRunner().invoke(main, ["nodes", "--history", str(base)])
+    assert result.exit_code == 1 and "aliases" in result.output
+
+
+def test_a_run_given_twice_counts_once_and_says_so(tmp_path: Path) -> None:
+    jobs = background(random.Random(20), count=400)
+    jobs += [failing(f"d{i}", "gpu005", USERS[i], T0 + timedelta(days=i)) for i in range(2)]
+    base = write_history(tmp_path / "h", jobs + jobs[-2:])
+    data = json.loads(
+        CliRunner().invoke(main, ["nodes", "--history", str(base), "--json", "--all"]).output
+    )
+    assert data["runs"] == 402 and "2 run(s) given twice were counted once" in data["notes"]
+    row = next(r for r in data["nodes"] if r["node"] == "gpu005")
+    assert row["status"] != "suspect"
+
+
+def test_old_and_hand_edited_stores_are_read_with_a_note(
+    tmp_path: Path, diagnosed: Diagnoses
+) -> None:
+    import sqlite3
+
+    _, verdict = diagnosed(CASES / "blind10-shared-c03-xid79-own-gpu-midrun")
+    db = tmp_path / "v.sqlite"
+    with Store(db) as store:
+        store.save(verdict)
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE runs")  # as a store written before the fleet view
+    conn.execute('UPDATE verdicts SET "end" = substr("end", 1, 19)')  # no zone
+    conn.execute("INSERT INTO responsible (key, node) VALUES ('nobody', NULL)")
+    conn.commit()
+    conn.close()
+    with Store(db, readonly=True) as store:
+        fleet = store.fleet_into(Fleet())
+    report = fleet.report()
+    assert report.failed == 1 and "no runs table yet" in report.notes[0]
+    assert report.since is not None and report.since.tzinfo is not None
+
+
+def test_text_from_verdicts_is_never_read_as_markup(tmp_path: Path) -> None:
+    jobs = background(random.Random(21), count=100)
+    jobs.append(failing("m1", "gpu001", "ann", T0, cause="[/bold][red]x[/]", sub_domain="hardware"))
+    base = write_history(tmp_path / "h", jobs)
+    for command in ("nodes", "incidents", "links", "gpus"):
+        result = CliRunner().invoke(main, [command, "--history", str(base), "--all"])
+        assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(main, ["nodes", "--history", str(base), "--all"])
+    assert "[/bold][red]x[/]" in result.output

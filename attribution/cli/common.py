@@ -28,17 +28,21 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_LIST_NODES = 10_000
 
 
-def console(stderr: bool = False) -> Console:
+def console(stderr: bool = False, *, markup: bool = True) -> Console:
     """The rich console for human views: piped into a file or less it is wide enough for a
-    verdict table (``PIPE_WIDTH``), unless ``COLUMNS`` says otherwise."""
+    verdict table (``PIPE_WIDTH``), unless ``COLUMNS`` says otherwise. ``markup=False`` for
+    views whose cells are text from files and verdicts (never read as rich markup)."""
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, markup=markup)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    """Print ``sattr: error: <message>`` (one line) and exit."""
-    click.echo(f"sattr: error: {' '.join(str(message).split())}", err=True)
+    """Print ``sattr: error: <message>`` (one line, control characters shown as ``?``) and
+    exit."""
+    text = " ".join(str(message).split())
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    click.echo(f"sattr: error: {text}", err=True)
     sys.exit(code)
 
 

@@ -129,6 +129,8 @@ def build(
     )
     base = Path(history) if history else None
     window = (None if since.everything else since.at, until.at if until else None)
+    if window[0] is not None and window[1] is not None and window[1] <= window[0]:
+        raise click.UsageError(f"--until {until.text} is not after --since {since.text}")
     context = click.get_current_context(silent=True)
     given = context is not None and context.get_parameter_source("since") not in (
         click.core.ParameterSource.DEFAULT,
@@ -223,13 +225,17 @@ def _run(section: str, args: dict[str, Any]) -> None:
         )
         emit_json({k: v for k, v in data.items() if k in keep or k in SECTIONS[section]})
         return
-    out = console()
+    out = console(markup=False)
     if section == "nodes":
         out.print(fleetview.nodes_view(report, show_all))
+        for line in fleetview.drain_lines(report):
+            click.echo(line)
     elif section == "incidents":
         out.print(fleetview.incidents_view(report))
     elif section == "links":
         out.print(fleetview.links_view(report, show_all))
+        for line in fleetview.confirm_lines(report):
+            click.echo(line)
     else:
         out.print(fleetview.gpus_view(report, show_all))
 
