@@ -1124,7 +1124,9 @@ def report_to_dict(report: FleetReport) -> dict[str, Any]:
         "since": to_jsonable(report.since),
         "until": to_jsonable(report.until),
         "method": {
-            "test": "one-sided binomial against the partition's rate without the node",
+            "test": "one-sided binomial: a node's failures against its partition's rate without"
+            " it, and its top cause on one device against the fleet's rate of that cause"
+            " (Bonferroni over the two)",
             "correction": "Benjamini-Hochberg",
             **{name: getattr(o, name) for name in o.__slots__},
         },

@@ -58,9 +58,10 @@ def method(report: FleetReport) -> Text:
         f" {len(report.incidents)} incident(s)\n"
     )
     text.append(
-        "test: one-sided binomial of a node's failed jobs (it responsible) against its partition's"
-        f" rate without it; Benjamini-Hochberg q <= {o.q}; at least {o.min_failures} failures,"
-        f" rate ratio >= {o.min_ratio}, >= {o.min_users} users",
+        "test: one-sided binomial of the failed jobs a node was responsible for, against its"
+        " partition's rate without it, and of its top cause on one device against the fleet's"
+        f" rate of that cause; Benjamini-Hochberg q <= {o.q}; at least {o.min_failures}"
+        f" failures, rate ratio >= {o.min_ratio}, >= {o.min_users} users (docs/fleet.md)",
         style="dim",
     )
     for line in report.notes:
