@@ -516,15 +516,14 @@ class Fleet:
             if incident is not None:
                 found.append(incident)
                 taken.update(incident.jobs)
+        by_group: dict[Group, list[FleetJob]] = defaultdict(list)
+        for j in common:  # in end order, each under the domains that hold all its nodes
+            if j.key not in taken:
+                for group in self.topology.containing(j.fault_nodes):
+                    if domain_failure(group.kind, j):
+                        by_group[group].append(j)
         for group in self.topology.leaves():
-            inside = [
-                j
-                for j in common
-                if j.key not in taken
-                and j.fault_nodes
-                and set(j.fault_nodes) <= group.nodes
-                and domain_failure(group.kind, j)
-            ]
+            inside = [j for j in by_group.get(group, ()) if j.key not in taken]
             if len(inside) < 2:
                 continue
             share = sum(self.exposure[n] for n in group.nodes) / max(sum(self.exposure.values()), 1)
@@ -559,7 +558,7 @@ class Fleet:
         ends = [j.end for j in burst if j.end is not None]
         span = (max(ends) - min(ends)).total_seconds()
         scales = (window / 30, window / 6, window)
-        scale = next((sc for sc in scales if span <= sc), span)
+        scale = max(next((sc for sc in scales if span <= sc), span), 1.0)
         windows = max(self._period() / scale, 1.0) * len(scales)
         p = min(1.0, poisson_sf(len(burst), rate * scale) * windows)
         if p > o.incident_alpha:
