@@ -742,7 +742,7 @@ class Fleet:
             )
         for row, q in zip(rows, bh([r.test.p for r in rows]), strict=True):
             t = row.test = Test(row.test.k, row.test.n, row.test.baseline, row.test.p, q)
-            row.status, row.reason = self._judge(row, t, suspect_domain.get(row.node), blamed)
+            row.status, row.reason = self._judge(row, t, suspect_domain.get(row.node))
         rows.sort(key=lambda r: (_RANK[r.status], r.test.q, -r.test.k, r.node))
         return rows, baselines
 
@@ -751,8 +751,8 @@ class Fleet:
         row: NodeRow,
         t: Test,
         domain: DomainRow | None,
-        blamed: Mapping[str, list[FleetJob]],
     ) -> tuple[str, str]:
+        """A node's status and reason from its test (the module docstring's rules)."""
         o = self.options
         top = next(iter(row.causes), "")
         device = next(iter(row.devices), None)
@@ -764,10 +764,10 @@ class Fleet:
         if row.users < o.min_users:
             return "one-user", f"all {t.k} failures are one user's jobs ({top}): user problem?"
         if domain is not None:
+            # the node against the rest of the domain's failure rate (the domain's failures
+            # on it taken out, half a failure kept: never a zero rate)
             d = domain.test
-            others_k = d.k - t.k
-            others_n = d.n - t.n
-            p_dom = others_k / others_n if others_n > 0 else d.baseline
+            p_dom = (max(d.k - t.k, 0) + 0.5) / (max(d.n - t.n, 0) + 1)
             p = binomial_sf(t.k, t.n, p_dom)
             if p > o.q / max(len(self.exposure), 1):  # Bonferroni inside the domain
                 row.domain = domain.group.label
