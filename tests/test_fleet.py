@@ -764,3 +764,23 @@ def test_text_from_verdicts_is_never_read_as_markup(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
     result = CliRunner().invoke(main, ["nodes", "--history", str(base), "--all"])
     assert "[/bold][red]x[/]" in result.output
+
+
+def test_a_history_is_read_whole_and_until_alone_is_not_checked_against_the_default_since(
+    tmp_path: Path,
+) -> None:
+    base = write_history(tmp_path / "h", background(random.Random(22), count=100))
+    runner = CliRunner()
+    whole = json.loads(runner.invoke(main, ["nodes", "--history", str(base), "--json"]).output)
+    assert whole["runs"] == 100
+    early = runner.invoke(
+        main, ["nodes", "--history", str(base), "--until", "2026-11-03", "--json"]
+    )
+    assert early.exit_code == 0 and 0 < json.loads(early.output)["runs"] < 100
+    wrong = runner.invoke(
+        main, ["nodes", "--history", str(base), "--since", "2026-11-05", "--until", "2026-11-03"]
+    )
+    assert wrong.exit_code == 2 and "is not after --since" in wrong.output
+    (base / "topology.conf").mkdir()  # something there that is not a file: said, not skipped
+    odd = runner.invoke(main, ["nodes", "--history", str(base)])
+    assert odd.exit_code == 1 and "topology.conf: not a regular file" in odd.output

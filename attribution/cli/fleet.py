@@ -129,8 +129,6 @@ def build(
     )
     base = Path(history) if history else None
     window = (None if since.everything else since.at, until.at if until else None)
-    if window[0] is not None and window[1] is not None and window[1] <= window[0]:
-        raise click.UsageError(f"--until {until.text} is not after --since {since.text}")
     context = click.get_current_context(silent=True)
     given = context is not None and context.get_parameter_source("since") not in (
         click.core.ParameterSource.DEFAULT,
@@ -138,6 +136,8 @@ def build(
     )
     if base is not None and not given:
         window = (None, window[1])  # a history is read whole unless --since is given
+    if window[0] is not None and window[1] is not None and window[1] <= window[0]:
+        raise click.UsageError(f"--until {until.text} is not after --since {since.text}")
     topo_path = Path(topology) if topology else None
     group_path = Path(groups) if groups else None
     if base is not None:
@@ -201,7 +201,12 @@ def _slurm_events(fleet: Any, config: Any, window: tuple[Any, Any]) -> None:
 
 
 def _there(path: Path) -> Path | None:
-    return path if path.is_file() else None
+    """``path`` when it exists (anything there, a directory or FIFO included, is then read
+    and refused by the reader with a clear error), else None."""
+    try:
+        return path if path.exists() or path.is_symlink() else None
+    except OSError:
+        return path  # cannot even look: the reader says why
 
 
 def _run(section: str, args: dict[str, Any]) -> None:
