@@ -774,7 +774,7 @@ def test_a_history_is_read_whole_and_until_alone_is_not_checked_against_the_defa
     whole = json.loads(runner.invoke(main, ["nodes", "--history", str(base), "--json"]).output)
     assert whole["runs"] == 100
     early = runner.invoke(
-        main, ["nodes", "--history", str(base), "--until", "2026-11-03", "--json"]
+        main, ["nodes", "--history", str(base), "--until", "2026-11-02T02:00:00Z", "--json"]
     )
     assert early.exit_code == 0 and 0 < json.loads(early.output)["runs"] < 100
     wrong = runner.invoke(
