@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from attribution.model import Responsible
 from attribution.topology import Group, Topology, is_node_name
 
 # parts a block or NVLink domain shares: its NVLink/NVSwitch fabric
@@ -77,13 +78,8 @@ FAILURE_REASONS = (
 MAX_REASON = 240  # characters of a drain reason (slurm keeps it in the node record)
 
 
-@dataclass(frozen=True, slots=True)
-class Blame:
-    """A node a verdict holds responsible, with the part and device when it names them."""
-
-    node: str
-    component: str | None = None
-    device: str | None = None
+# a node a verdict holds responsible, with the part and device when it names them
+Blame = Responsible
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,6 +180,22 @@ def node_list(
 
 # --------------------------------------------------------------------- shared options
 
+since_option = click.option(
+    "--since",
+    metavar="WHEN",
+    callback=when_option(),
+    default="7d",
+    show_default=True,
+    help="Jobs that ended since (7d, 2026-11-30, all).",
+)
+until_option = click.option(
+    "--until",
+    metavar="WHEN",
+    callback=when_option(allow_all=False),
+    default=None,
+    help="Jobs that ended before (1d, 2026-12-01).",
+)
+
 rules_option = click.option(
     "--rules",
     "rule_dirs",

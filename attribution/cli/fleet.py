@@ -20,8 +20,9 @@ from attribution.cli.common import (
     emit_json,
     fail,
     load_config,
+    since_option,
     store_path,
-    when_option,
+    until_option,
 )
 from attribution.errors import AttributionError
 
@@ -38,21 +39,8 @@ def fleet_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         config_option,
         db_option,
-        click.option(
-            "--since",
-            metavar="WHEN",
-            callback=when_option(),
-            default="7d",
-            show_default=True,
-            help="Jobs that ended since (7d, 2026-11-30, all).",
-        ),
-        click.option(
-            "--until",
-            metavar="WHEN",
-            callback=when_option(allow_all=False),
-            default=None,
-            help="Jobs that ended before (1d, 2026-12-01).",
-        ),
+        since_option,
+        until_option,
         click.option("--partition", help="Only jobs of this Slurm partition."),
         click.option(
             "--history",

@@ -21,8 +21,9 @@ from attribution.cli.common import (
     fail,
     load_config,
     node_list,
+    since_option,
     store_path,
-    when_option,
+    until_option,
 )
 from attribution.errors import AttributionError
 from attribution.model import SubDomain, TerminalState
@@ -201,21 +202,8 @@ LIST_STATES = [t.value for t in TerminalState] + [
 @click.command("list")
 @config_option
 @db_option
-@click.option(
-    "--since",
-    metavar="WHEN",
-    callback=when_option(),
-    default="7d",
-    show_default=True,
-    help="Jobs that ended since (7d, 2026-11-30, all).",
-)
-@click.option(
-    "--until",
-    metavar="WHEN",
-    callback=when_option(allow_all=False),
-    default=None,
-    help="Jobs that ended before (1d, 2026-12-01).",
-)
+@since_option
+@until_option
 @click.option(
     "--state",
     type=click.Choice(LIST_STATES, case_sensitive=False),
