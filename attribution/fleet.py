@@ -373,8 +373,10 @@ class Fleet:
         options: FleetOptions | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        partition: str | None = None,
     ) -> None:
         self.topology = topology or Topology()
+        self.partition = partition
         self.options = options or FleetOptions()
         self.since, self.until = since, until
         self.exposure: Counter[str] = Counter()
@@ -384,6 +386,7 @@ class Fleet:
         self.node_events: list[NodeEvent] = []
         self.notes: list[str] = []  # what could not be read, for the report's header
         self._keys: set[str] = set()  # failed and added runs (the store's are unique)
+        self._blamed_jobs: Mapping[str, list[FleetJob]] = {}
         self.duplicates = 0
         self.runs = 0
         self.passes = 0
@@ -439,7 +442,11 @@ class Fleet:
         return self
 
     def add_events(self, events: Iterable[NodeEvent]) -> None:
-        self.node_events.extend(events)
+        """Slurm's node events over the window; with a ``partition`` set, only those of nodes
+        that ran its jobs (call after the runs are added)."""
+        self.node_events.extend(
+            e for e in events if self.partition is None or e.node in self.exposure
+        )
 
     # ------------------------------------------------------------------ report
 
@@ -697,7 +704,10 @@ class Fleet:
             part = primary.get(node, "")
             k = len(jobs)
             rest_n = n_part[part] - n
-            p0 = (k_part[part] - k) / rest_n if rest_n > 0 else baselines[part]
+            if rest_n > 0:
+                p0 = (k_part[part] - k) / rest_n
+            else:  # alone in its partition: the rest of the fleet, half a failure added
+                p0 = (sum(k_part.values()) - k + 0.5) / (sum(n_part.values()) - n + 1)
             p_all = binomial_sf(k, n, p0)
             causes = Counter(j.cause or j.sub_domain for j in jobs)
             p_cause = 1.0
@@ -736,6 +746,7 @@ class Fleet:
                     named=named.get(node, 0),
                 )
             )
+        self._blamed_jobs = blamed
         for row, q in zip(rows, bh([r.test.p for r in rows]), strict=True):
             t = row.test = Test(row.test.k, row.test.n, row.test.baseline, row.test.p, q)
             row.status, row.reason = self._judge(row, t, suspect_domain.get(row.node))
@@ -759,6 +770,11 @@ class Fleet:
             return "ok", ""
         if row.users < o.min_users:
             return "one-user", f"all {t.k} failures are one user's jobs ({top}): user problem?"
+        jobs = self._blamed_jobs.get(row.node, ())
+        if domain is not None and sum(domain_failure(domain.group.kind, j) for j in jobs) * 2 < len(
+            jobs
+        ):
+            domain = None  # most of its failures are of a kind the domain cannot cause (a DIMM)
         if domain is not None:
             # the node against the rest of the domain's failure rate (the domain's failures
             # on it taken out, half a failure kept: never a zero rate)
@@ -827,7 +843,7 @@ class Fleet:
                 row.status = "suspect"
                 parts = []
                 if t.k:
-                    parts.append(f"lost under {t.k} jobs (NODE_FAIL), {_times(t.ratio)}")
+                    parts.append(f"lost under {t.k} job(s) (NODE_FAIL), {_times(t.ratio)}")
                 if row.events:
                     parts.append(f"{row.events} not-responding events")
                 row.reason = "; ".join(parts)
@@ -897,9 +913,9 @@ class Fleet:
                     row.reason = f"{busiest} is named with many peers: the node, not this link"
             if is_node_name(row.a) and is_node_name(row.b):
                 row.confirm = (
-                    f"srun -N2 -w {row.a},{row.b} --ntasks-per-node=<GPUs per node>"
-                    " all_reduce_perf -b 8 -e 4G -f 2 -g 1  (then each of the two with a third,"
-                    " healthy node)"
+                    f"srun -N2 -w {row.a},{row.b} --gpus-per-node=8 --ntasks-per-node=8"
+                    " all_reduce_perf -b 8 -e 4G -f 2 -g 1   (a template: set 8 to the nodes'"
+                    " GPUs, add your --mpi=; then each of the two with a third, healthy node)"
                 )
         rows.sort(key=lambda r: (_RANK.get(r.status, 5), r.test.q, -r.test.k))
         return rows
@@ -987,7 +1003,8 @@ class Fleet:
             cap = max(1, math.floor(size[part] * o.max_drain_share))
             since = first.strftime("%Y-%m-%d") if first else "?"
             if status == "suspect":
-                reason = f"attribution node problem: {why}, since {since} (p={t.p:.1e} q={t.q:.1e})"
+                stats = f" (p={t.p:.1e} q={t.q:.1e})" if t.k else ""
+                reason = f"attribution node problem: {why}, since {since}{stats}"
                 if used[part] >= cap:
                     held.append(f"{node} (partition {part or '?'}: cap of {cap} reached)")
                     continue
@@ -1179,7 +1196,7 @@ def score(fleet: Fleet, report: FleetReport, truth: Truth) -> dict[str, Any]:
     least ``min_failures`` runs in the history (``Truth.findable``): a fault that never
     showed in a job cannot be found from jobs.
 
-    Planted: bad nodes (found when suspect in the node ranking or its GPU row says the GPU),
+    Planted: bad nodes (found when suspect in the node ranking; the GPU view is not scored),
     bad links (a suspect pair), bad domains (a suspect domain, or an incident under it) and
     silent nodes (a suspect silent row). Flagged: every suspect row of those four kinds; a
     flag no planted fault explains is false. An incident is recovered when one found incident
@@ -1187,7 +1204,6 @@ def score(fleet: Fleet, report: FleetReport, truth: Truth) -> dict[str, Any]:
     suspect nodes whose failed jobs are mostly a buggy user's (must be 0).
     """
     found_nodes = {r.node for r in report.nodes if r.status == "suspect"}
-    gpu_nodes = {g.node for g in report.gpus if g.status == "gpu"}
     found_links = {(r.a, r.b) for r in report.links if r.status == "suspect"}
     found_domains = {d.group.name for d in report.domains if d.status == "suspect"}
     incident_domains = {
@@ -1199,7 +1215,7 @@ def score(fleet: Fleet, report: FleetReport, truth: Truth) -> dict[str, Any]:
     }
     found_silent = {r.node for r in report.silent if r.status == "suspect"}
     planted = (
-        [("node", n, n in found_nodes or n in gpu_nodes) for n in sorted(truth.bad_nodes)]
+        [("node", n, n in found_nodes) for n in sorted(truth.bad_nodes)]
         + [("link", f"{a}|{b}", (a, b) in found_links) for a, b in sorted(truth.bad_links)]
         + [
             ("domain", d, d in found_domains or d in incident_domains)

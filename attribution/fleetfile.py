@@ -322,7 +322,7 @@ def load_history(
             topo_file if topo_file.exists() else None,
             groups_file if groups_file.exists() else None,
         )
-    fleet = Fleet(topology=topology, options=options, since=since, until=until)
+    fleet = Fleet(topology=topology, options=options, since=since, until=until, partition=partition)
     timeless = 0
     for job in read_jobs(base / "jobs.jsonl"):
         if job.end is None:

@@ -48,20 +48,43 @@ def _status(status: str) -> Text:
     return Text(status, style=STATUS_STYLE.get(status, "dim"))
 
 
-def method(report: FleetReport) -> Text:
-    """The header every fleet view starts with: the window, the counts and the test."""
+TESTS = {
+    "nodes": "nodes: one-sided binomial of the failed jobs a node was responsible for against its"
+    " partition's rate without it, and of its top cause on one device against the fleet's rate"
+    " of that cause; Benjamini-Hochberg q <= {q}; at least {min_failures} failures, rate ratio"
+    " >= {min_ratio}, >= {min_users} users. Domains, silent nodes: the same test on their own"
+    " counts",
+    "incidents": "incidents: failures of >= {min_users} users (or one user's, when node-side)"
+    " on >= 3 nodes within {window:g} s, or under one failure domain, whose Poisson tail"
+    " corrected for every window of the period is below 0.01",
+    "links": "links: node pairs named together by peer errors, one-sided binomial against the two"
+    " nodes' own rates; Benjamini-Hochberg q <= {q}; at least {min_failures} failed jobs,"
+    " >= {min_users} users",
+    "gpus": "GPUs: gpu = hardware XIDs in >= 2 jobs, or XID 13/31/43 of one class from >= 2"
+    " applications; application = the same application's XIDs on other GPUs too",
+}
+
+
+def method(report: FleetReport, section: str = "nodes") -> Text:
+    """The header every fleet view starts with: the window, the counts and this view's test
+    (docs/fleet.md)."""
     o = report.options
     text = Text()
     text.append(f"{_when(report.since)} .. {_when(report.until)} UTC: ", style="bold")
+    exposure = report.exposure if report.runs else "none"
     text.append(
-        f"{report.runs:,} job runs ({report.exposure} as exposure), {report.failed:,} failed,"
+        f"{report.runs:,} job runs (exposure: {exposure}), {report.failed:,} failed,"
         f" {len(report.incidents)} incident(s)\n"
     )
     text.append(
-        "test: one-sided binomial of the failed jobs a node was responsible for, against its"
-        " partition's rate without it, and of its top cause on one device against the fleet's"
-        f" rate of that cause; Benjamini-Hochberg q <= {o.q}; at least {o.min_failures}"
-        f" failures, rate ratio >= {o.min_ratio}, >= {o.min_users} users (docs/fleet.md)",
+        TESTS[section].format(
+            q=o.q,
+            min_failures=o.min_failures,
+            min_ratio=o.min_ratio,
+            min_users=o.min_users,
+            window=o.incident_window,
+        )
+        + " (docs/fleet.md)",
         style="dim",
     )
     for line in report.notes:
@@ -119,7 +142,7 @@ def nodes_view(report: FleetReport, show_all: bool = False) -> RenderableType:
     silent = [s for s in report.silent if show_all or s.status == "suspect"]
     if silent:
         st = Table(box=None, pad_edge=False, title="silent nodes", title_justify="left")
-        for col in ("node", "jobs", "lost", "ratio", "q", "events", "cohort", "last"):
+        for col in ("node", "jobs", "lost", "ratio", "p", "q", "events", "cohort", "last"):
             st.add_column(col, no_wrap=True)
         st.add_column("reason", ratio=1)
         for s in silent:
@@ -129,6 +152,7 @@ def nodes_view(report: FleetReport, show_all: bool = False) -> RenderableType:
                 str(t.n),
                 str(t.k),
                 _num(t.ratio),
+                _p(t.p),
                 _p(t.q),
                 str(s.events),
                 str(s.cohort or "-"),
@@ -179,13 +203,13 @@ def incidents_view(report: FleetReport) -> RenderableType:
             i.label,
         )
     body: RenderableType = table if report.incidents else Text("no incidents", style="dim")
-    return Lines(method(report), body)
+    return Lines(method(report, "incidents"), body)
 
 
 def links_view(report: FleetReport, show_all: bool = False) -> RenderableType:
     rows = [r for r in report.links if show_all or r.status != "ok"]
     table = Table(box=None, pad_edge=False)
-    for col in ("pair", "failed", "of", "p", "q", "users", "status", "reason"):
+    for col in ("pair", "failed", "of runs", "p", "q", "users", "status", "reason"):
         table.add_column(col)
     for r in rows:
         table.add_row(
@@ -198,13 +222,13 @@ def links_view(report: FleetReport, show_all: bool = False) -> RenderableType:
             _status(r.status),
             r.reason,
         )
-    body: list[RenderableType] = [method(report)]
+    body: list[RenderableType] = [method(report, "links")]
     body.append(table if rows else Text("links: no pair stands out", style="dim"))
     return Lines(*body)
 
 
 def gpus_view(report: FleetReport, show_all: bool = False) -> RenderableType:
-    rows = [r for r in report.gpus if show_all or r.status != "once"]
+    rows = [r for r in report.gpus if show_all or r.status == "gpu"]
     table = Table(box=None, pad_edge=False)
     for col in ("node", "GPU", "jobs", "applications", "XIDs", "status", "reason"):
         table.add_column(col)
@@ -218,15 +242,15 @@ def gpus_view(report: FleetReport, show_all: bool = False) -> RenderableType:
             _status(r.status),
             r.reason,
         )
-    body = table if rows else Text("GPUs: no XID repeats", style="dim")
-    return Lines(method(report), body)
+    body = table if rows else Text("GPUs: none stands out", style="dim")
+    return Lines(method(report, "gpus"), body)
 
 
 def _short(text: str, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def score_view(scores: Sequence[dict[str, object]]) -> Table:
+def score_view(scores: Sequence[dict[str, object]]) -> RenderableType:
     table = Table(box=None, pad_edge=False)
     cols = (
         "history",
@@ -234,8 +258,8 @@ def score_view(scores: Sequence[dict[str, object]]) -> Table:
         "found",
         "recall",
         "findable",
-        "found ",
-        "recall ",
+        "found*",
+        "recall*",
         "flagged",
         "false",
         "FDR",
@@ -257,4 +281,10 @@ def score_view(scores: Sequence[dict[str, object]]) -> Table:
             f"{s['fdr']:.1%}",
             f"{s['incidents_recovered']}/{s['incidents_planted']}",
         )
-    return table
+    note = Text(
+        "found, recall: of every planted fault; findable: planted faults that ended at least"
+        " min_failures runs; found*, recall*: of those; flagged: suspect nodes, links, domains"
+        " and silent nodes; false: flags no planted fault explains (docs/fleet.md)",
+        style="dim",
+    )
+    return Lines(table, note)

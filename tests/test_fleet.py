@@ -784,3 +784,29 @@ def test_a_history_is_read_whole_and_until_alone_is_not_checked_against_the_defa
     (base / "topology.conf").mkdir()  # something there that is not a file: said, not skipped
     odd = runner.invoke(main, ["nodes", "--history", str(base)])
     assert odd.exit_code == 1 and "topology.conf: not a regular file" in odd.output
+
+
+def test_human_views_show_bus_ids_and_say_what_they_tested(tmp_path: Path) -> None:
+    """A PCI bus id holds ':ab:' (an emoji code to rich); each view names its own test."""
+    jobs = background(random.Random(23), count=600)
+    for i in range(6):
+        jobs.append(
+            failing(
+                f"ab{i}",
+                "gpu017",
+                USERS[i],
+                T0 + timedelta(hours=5 * i),
+                responsible=(Blame("gpu017", "gpu", "0000:ab:00.0"),),
+            )
+        )
+    base = write_history(tmp_path / "h", jobs)
+    runner = CliRunner()
+    nodes_out = runner.invoke(main, ["nodes", "--history", str(base)]).output
+    assert "0000:ab:00.0" in nodes_out and "nodes: one-sided binomial" in nodes_out
+    assert (
+        "incidents: failures" in runner.invoke(main, ["incidents", "--history", str(base)]).output
+    )
+    assert "links: node pairs" in runner.invoke(main, ["links", "--history", str(base)]).output
+    nobody = runner.invoke(main, ["nodes", "--history", str(base), "--partition", "nosuch"])
+    assert nobody.exit_code == 0 and "no run of partition 'nosuch'" in nobody.output
+    assert "scontrol" not in nobody.output

@@ -34,7 +34,10 @@ def console(stderr: bool = False, *, markup: bool = True) -> Console:
     views whose cells are text from files and verdicts (never read as rich markup)."""
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, markup=markup)
+    # emoji=False: a PCI bus id such as 0000:ab:00.0 holds ":ab:", an emoji code to rich
+    return Console(
+        stderr=stderr, highlight=False, soft_wrap=False, width=width, markup=markup, emoji=False
+    )
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

@@ -153,13 +153,21 @@ def build(
                 )
             from attribution.store import Store
 
-            fleet = Fleet(topology=topo, options=options, since=window[0], until=window[1])
+            fleet = Fleet(
+                topology=topo,
+                options=options,
+                since=window[0],
+                until=window[1],
+                partition=partition,
+            )
             with Store(store_path(db, config), readonly=True) as store:
                 store.fleet_into(fleet, window[0], window[1], partition)
             if events:
                 _slurm_events(fleet, config, window)
     except AttributionError as exc:
         fail(str(exc))
+    if partition and not fleet.runs:
+        fleet.notes.append(f"no run of partition {partition!r} ended in the window")
     return fleet, fleet.report()
 
 
