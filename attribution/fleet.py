@@ -547,17 +547,20 @@ class Fleet:
         smallest of three scales that holds it (``window`` / 30, / 6 and ``window``): the
         Poisson tail of its count at ``rate`` failures per second over the scale, times the
         number of such spans in the period and the three scales (Bonferroni over the scan),
-        must be below ``incident_alpha``. It needs jobs of ``incident_min_users`` users, or
-        of one user when most of them Slurm lost or a verdict blames a node on node-side
-        evidence (a user's own bug does not put node faults on several nodes at once)."""
+        must be below ``incident_alpha``. It needs jobs of ``incident_min_users`` users, none
+        with more than half of them; or, when one user's jobs are most of it, most of them lost
+        by Slurm or blamed on node-side evidence (a user's own bug does not put node faults on
+        several nodes at once)."""
         o = self.options
         nodes = tuple(sorted({n for j in burst for n in j.fault_nodes}))
         users = {j.user for j in burst}
         if len(burst) < 2 or len(nodes) < o.incident_min_nodes:
             return None
         node_side = sum(j.blames_node or j.silent for j in burst)
-        if len(users) < o.incident_min_users and node_side * 2 <= len(burst):
-            return None
+        top_user = Counter(j.user for j in burst).most_common(1)[0][1]
+        one_user = len(users) < o.incident_min_users or top_user * 2 > len(burst)
+        if one_user and node_side * 2 <= len(burst):
+            return None  # one user's jobs (or mostly): that user's problem unless node-side
         ends = [j.end for j in burst if j.end is not None]
         span = (max(ends) - min(ends)).total_seconds()
         scales = (window / 30, window / 6, window)
