@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from attribution.model import Responsible
+from attribution.model import GpuError, Responsible
 from attribution.topology import Group, Topology, is_node_name
 
 # parts a block or NVLink domain shares: its NVLink/NVSwitch fabric
@@ -82,14 +82,8 @@ MAX_REASON = 240  # characters of a drain reason (slurm keeps it in the node rec
 Blame = Responsible
 
 
-@dataclass(frozen=True, slots=True)
-class GpuMark:
-    """One XID code a job saw on one GPU (``Verdict.gpu_errors``)."""
-
-    node: str
-    device: str
-    code: int
-    xid_class: str | None = None
+# one XID code a job saw on one GPU: the verdict's own record of it (``Verdict.gpu_errors``)
+GpuMark = GpuError
 
 
 @dataclass(frozen=True, slots=True)
