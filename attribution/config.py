@@ -28,6 +28,7 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from attribution._yaml import LineMap, load_yaml_file
@@ -284,6 +285,68 @@ class FleetSettings(_Strict):
     max_drain_share: float = Field(default=0.1, gt=0, le=1)
 
 
+class Server(_Strict):
+    """``sattr serve`` (docs/server.md): where it listens, how callers prove who they are, and
+    where ``sattr`` on a login node finds it.
+
+    ``listen``: ``ADDRESS:PORT`` (loopback by default). ``tls_cert`` / ``tls_key``: PEM files;
+    both or neither. ``url``: the address clients use (``https://attr.example:8443``); when
+    set, ``sattr JOBID``, ``sattr list`` and ``sattr report`` ask the server, with a MUNGE
+    credential, whenever the caller cannot read the store. ``munge``: accept MUNGE credentials
+    (``Authorization: MUNGE ...``). ``munge_socket``: munged's socket when not the default.
+    ``proxy_header``: the header a trusted reverse proxy sets to the authenticated user name
+    (off by default), believed only from ``proxy_addresses``. ``token``: print a URL with a
+    random token at start; whoever holds it reads everything (for the person who started the
+    server: a demo, an operator's laptop). ``metrics_public``: ``/metrics`` without
+    authentication (it holds counts, no user names or job ids). Uploads to
+    ``POST /api/v1/diagnose`` are limited to ``max_upload`` bytes as sent and
+    ``max_unpacked`` bytes unpacked; ``diagnose_slots`` of them run at once.
+    """
+
+    listen: str = "127.0.0.1:8080"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    url: str | None = None
+    munge: bool = True
+    munge_socket: Path | None = None
+    proxy_header: str | None = None
+    proxy_addresses: list[str] = ["127.0.0.1", "::1"]
+    token: bool = True
+    metrics_public: bool = True
+    max_upload: ByteSize = ByteSize(64 * 1024 * 1024)
+    max_unpacked: ByteSize = ByteSize(1024 * 1024 * 1024)
+    diagnose_slots: int = Field(default=2, ge=1, le=64)
+    timeout: Duration = Field(default=30.0, gt=0)
+
+    @field_validator("listen")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdecimal() or not 0 < int(port) < 65536:
+            raise ValueError(f"{value!r}: listen must be ADDRESS:PORT (127.0.0.1:8080, [::1]:8080)")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r}: url must start with http:// or https://")
+        return value.rstrip("/") if value else value
+
+    @field_validator("proxy_header")
+    @classmethod
+    def _header(cls, value: str | None) -> str | None:
+        if value is not None and not value.replace("-", "").isalnum():
+            raise ValueError(f"{value!r}: a header name is letters, digits and '-'")
+        return value
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """``listen`` as (host, port), brackets of an IPv6 address removed."""
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
 class Config(_Strict):
     """The whole configuration; every field has a default."""
 
@@ -306,8 +369,15 @@ class Config(_Strict):
     reconcile: Reconcile = Reconcile()
     health: Health = Health()
     fleet: FleetSettings = FleetSettings()
+    server: Server = Server()
     rules: list[Path] = []
     admin_groups: list[str] = []
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Config:
+        if (self.server.tls_cert is None) != (self.server.tls_key is None):
+            raise ValueError("server: tls_cert and tls_key go together (give both or neither)")
+        return self
 
     @field_validator("timezone")
     @classmethod
@@ -424,6 +494,7 @@ slurm: {backend: auto, timeout: 30s, retries: 2}
 pool: {processes: 0, batch: 200, large_nodes: 64}   # 0 processes: one per core, at most 8
 reconcile: {enabled: true, interval: 5m, grace: 2m, first_lookback: 1h}
 health: {max_queue_age: 15m, max_heartbeat_age: 5m, max_reconcile_age: 30m, max_failed: 0}
+server: {listen: "127.0.0.1:8080", url: "https://attr.example.org:8443", munge: true}
 """
 
 __all__ = [
@@ -440,6 +511,7 @@ __all__ = [
     "Reading",
     "Reconcile",
     "Retries",
+    "Server",
     "SlurmSettings",
     "StreamTrust",
     "Window",

@@ -11,13 +11,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 
 from rich.console import Group as Lines
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from attribution.fleet import FleetReport
+from attribution.config import Config
+from attribution.fleet import Fleet, FleetOptions, FleetReport
 from attribution.hostlist import compress
 
 STATUS_STYLE = {
@@ -28,6 +30,67 @@ STATUS_STYLE = {
     "gpu": "bold red",
     "application": "cyan",
 }
+
+
+def fleet_options(
+    config: Config, q: float | None = None, min_failures: int | None = None
+) -> FleetOptions:
+    """The configuration's ``fleet:`` settings as the detector's options (``q`` and
+    ``min_failures`` override theirs when given)."""
+    settings = config.fleet
+    return FleetOptions(
+        q=q if q is not None else settings.q,
+        min_failures=min_failures if min_failures is not None else settings.min_failures,
+        min_ratio=settings.min_ratio,
+        min_users=settings.min_users,
+        incident_window=settings.incident_window,
+        domain_window=settings.domain_window,
+        max_drain_share=settings.max_drain_share,
+    )
+
+
+def fleet_from_store(
+    store: Path,
+    options: FleetOptions,
+    topology: Path | None,
+    groups: Path | None,
+    since: datetime | None,
+    until: datetime | None,
+    partition: str | None,
+) -> Fleet:
+    """The runs of the verdict store that ended in ``[since, until)`` (of ``partition``)
+    loaded into a ``Fleet`` over the failure domains of ``topology`` and ``groups``. Whether
+    the caller may see every user's jobs is theirs to check first.
+
+    Raises:
+        AttributionError: a store, topology or group file that cannot be read.
+    """
+    from attribution.fleetfile import load_topology
+    from attribution.store import Store
+
+    fleet = Fleet(
+        topology=load_topology(topology, groups),
+        options=options,
+        since=since,
+        until=until,
+        partition=partition,
+    )
+    with Store(store, readonly=True) as opened:
+        opened.fleet_into(fleet, since, until, partition)
+    if partition and not fleet.runs:
+        fleet.notes.append(f"no run of partition {partition!r} ended in the window")
+    return fleet
+
+
+def existing(path: Path | None) -> Path | None:
+    """``path`` when it exists (anything there, a directory or FIFO included, is then read
+    and refused by the reader with a clear error), else None."""
+    if path is None:
+        return None
+    try:
+        return path if path.exists() or path.is_symlink() else None
+    except OSError:
+        return path  # cannot even look: the reader says why
 
 
 def _when(value: datetime | None) -> str:

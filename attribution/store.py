@@ -310,7 +310,7 @@ class VerdictFilter:
     ``nodes``: the job ran on one of these nodes, or the verdict blames one.
     ``owner``: only this owner's jobs (the access policy's restriction, ``attribution.access``).
     ``order``: ``newest`` (latest end first) or ``job`` (by job id as shown).
-    ``limit``: at most this many rows.
+    ``limit``: at most this many rows; ``offset``: skip this many first (pagination).
     """
 
     job: str | None = None
@@ -325,6 +325,7 @@ class VerdictFilter:
     owner: Owner | None = None
     order: Literal["newest", "job"] = "newest"
     limit: int | None = None
+    offset: int = 0
 
     def where(self) -> tuple[str, list[Any]]:
         """The SQL condition on ``verdicts`` and its parameters ("" when everything matches)."""
@@ -798,11 +799,132 @@ class Store:
         """
         selection = selection or VerdictFilter()
         where, params = selection.where()
-        order = '"end" DESC' if selection.order == "newest" else "display_id"
+        order = '"end" DESC, key' if selection.order == "newest" else "display_id, key"
         try:
-            return list(self.rows(where, params, order=order, limit=selection.limit))
+            return list(
+                self.rows(
+                    where, params, order=order, limit=selection.limit, offset=selection.offset
+                )
+            )
         except sqlite3.Error as exc:
             raise self._unreadable(exc) from None
+
+    def count(self, selection: VerdictFilter | None = None) -> int:
+        """How many verdicts ``selection`` picks, ignoring its ``limit`` and ``offset``.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        where, params = (selection or VerdictFilter()).where()
+        sql = "SELECT count(*) AS n FROM verdicts" + (f" WHERE {where}" if where else "")
+        try:
+            return int(next(iter(self.db.query(sql, params)))["n"])
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+
+    def daily(self, selection: VerdictFilter) -> list[dict[str, Any]]:
+        """Failed jobs (every terminal_state but ``pass``) per UTC day of their end and
+        sub_domain, for the verdicts ``selection`` picks: rows of ``day`` (YYYY-MM-DD),
+        ``sub_domain`` and ``jobs``, oldest day first.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        where, params = selection.where()
+        sql = (
+            'SELECT substr("end", 1, 10) AS day, sub_domain, count(*) AS jobs FROM verdicts'
+            " WHERE terminal_state != 'pass' AND \"end\" IS NOT NULL"
+            + (f" AND {where}" if where else "")
+            + " GROUP BY 1, 2 ORDER BY 1, 2"
+        )
+        try:
+            return list(self.db.query(sql, params))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+
+    def top_causes(self, selection: VerdictFilter, limit: int = 10) -> list[dict[str, Any]]:
+        """The causes of the most failed jobs ``selection`` picks: rows of ``cause_id``
+        (None: unattributed), ``sub_domain``, ``jobs``, ``users`` and ``nodes`` (distinct
+        responsible nodes), most jobs first.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        where, params = selection.where()
+        sql = (
+            "WITH picked AS (SELECT key, cause_id, sub_domain, user FROM verdicts"
+            " WHERE terminal_state != 'pass'"
+            + (f" AND {where}" if where else "")
+            + ") SELECT p.cause_id AS cause_id, p.sub_domain AS sub_domain,"
+            " count(DISTINCT p.key) AS jobs, count(DISTINCT p.user) AS users,"
+            " count(DISTINCT r.node) AS nodes FROM picked p"
+            " LEFT JOIN responsible r ON r.key = p.key"
+            " GROUP BY 1, 2 ORDER BY jobs DESC, cause_id LIMIT ?"
+        )
+        try:
+            return list(self.db.query(sql, [*params, limit]))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+
+    # ------------------------------------------------------------------ /metrics
+
+    def verdict_totals(self) -> list[dict[str, Any]]:
+        """Verdicts per ``cluster``, ``partition``, ``terminal_state``, ``sub_domain`` and
+        ``cause`` (the cause's rule id, "" when none): rows with ``verdicts``.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        sql = (
+            "SELECT coalesce(cluster, '') AS cluster, coalesce(partition, '') AS partition,"
+            " terminal_state, sub_domain, coalesce(cause_id, '') AS cause,"
+            " count(*) AS verdicts FROM verdicts GROUP BY 1, 2, 3, 4, 5"
+        )
+        try:
+            return list(self.db.query(sql))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+
+    def responsible_totals(self) -> list[dict[str, Any]]:
+        """Per responsible node and the verdict's ``sub_domain``: ``verdicts`` that blamed it,
+        most first.
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        sql = (
+            "SELECT r.node AS node, v.sub_domain AS sub_domain, count(DISTINCT r.key) AS verdicts"
+            " FROM responsible r JOIN verdicts v ON v.key = r.key GROUP BY 1, 2"
+            " ORDER BY 3 DESC, 1"
+        )
+        try:
+            return list(self.db.query(sql))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+
+    def latency_buckets(self, bounds: Sequence[float]) -> tuple[list[int], int, float]:
+        """The seconds from each job's end to its verdict, for verdicts the worker made from
+        spool entries (a rediagnosis is not counted): cumulative counts at or below each of
+        ``bounds``, the number of verdicts and the sum of seconds (a Prometheus histogram).
+
+        Raises:
+            StoreError: when the database cannot be read.
+        """
+        seconds = '(julianday(diagnosed_at) - julianday("end")) * 86400.0'
+        cases = ", ".join(
+            f"coalesce(sum(CASE WHEN {seconds} <= {float(b)!r} THEN 1 ELSE 0 END), 0) AS b{i}"
+            for i, b in enumerate(bounds)
+        )
+        sql = (
+            f"SELECT {cases}{', ' if cases else ''}count(*) AS n,"
+            f" coalesce(sum(max({seconds}, 0)), 0.0) AS total FROM verdicts"
+            ' WHERE spooled_at IS NOT NULL AND "end" IS NOT NULL AND diagnosed_at IS NOT NULL'
+        )
+        try:
+            row = next(iter(self.db.query(sql)))
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from None
+        return [int(row[f"b{i}"]) for i in range(len(bounds))], int(row["n"]), float(row["total"])
 
     def _unreadable(self, exc: sqlite3.Error) -> StoreError:
         return StoreError(f"the verdict store cannot be read: {exc}", Location(str(self.path)))
@@ -835,6 +957,7 @@ class Store:
         params: Sequence[Any] = (),
         order: str = '"end" DESC',
         limit: int | None = None,
+        offset: int = 0,
     ) -> Iterator[dict[str, Any]]:
         """Summary rows of ``verdicts`` (every column but the JSON) for a raw SQL condition;
         ``query`` builds the condition from a ``VerdictFilter``."""
@@ -844,6 +967,10 @@ class Store:
         sql += f" ORDER BY {order}"
         if limit:
             sql += f" LIMIT {int(limit)}"
+            if offset:
+                sql += f" OFFSET {int(offset)}"
+        elif offset:
+            sql += f" LIMIT -1 OFFSET {int(offset)}"
         for row in self.db.query(sql, list(params)):
             row.pop("verdict", None)
             yield row

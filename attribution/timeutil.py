@@ -153,3 +153,29 @@ def parse_duration(value: str | float | int) -> float:
 def boot_time_from(wall: datetime, uptime: float) -> datetime | None:
     """The boot time implied by a line that carries both wall-clock time and uptime."""
     return shift(wall, -uptime)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def parse_when(text: str, *, now: datetime | None = None) -> datetime:
+    """A duration back from now (``12h``, ``7d``), a date or time (``2026-11-30``), or ``all``
+    (the epoch) as a UTC time: ``--since`` and ``--until``, and the server's ``since`` and
+    ``until``.
+
+    Raises:
+        ValueError: for anything else.
+    """
+    if text.strip().lower() == "all":
+        return EPOCH
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        parsed = parse_iso(text)
+        if parsed is None:
+            raise ValueError(text) from None
+        return parsed
+    try:
+        return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+    except OverflowError:
+        return EPOCH  # further back than any job

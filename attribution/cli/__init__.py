@@ -35,7 +35,9 @@ from attribution.cli.common import (
     rules_option,
 )
 from attribution.cli.fleet import gpus, incidents, links, nodes
+from attribution.cli.report import report
 from attribution.cli.rules import rules
+from attribution.cli.serve import serve
 from attribution.cli.service import enqueue, rediagnose, worker
 from attribution.cli.show import list_, show
 from attribution.cli.status import status
@@ -50,6 +52,7 @@ def main() -> None:
     \b
     sattr JOBID                 show a job's verdict (same as 'sattr show JOBID')
     sattr list                  list verdicts (--since --state --sub-domain --node --user)
+    sattr report JOBID          a job's verdict as plain text, for a mail body
     sattr worker                turn spooled jobs into verdicts (the systemd service)
     sattr status                is the worker keeping up, is anything lost (--json)
     sattr enqueue JOBID         (re)queue a job for the worker
@@ -61,6 +64,7 @@ def main() -> None:
     sattr incidents             failures of many jobs read as one event
     sattr links                 node pairs peer errors keep naming together
     sattr gpus                  each GPU's XIDs across jobs
+    sattr serve                 web pages, REST API and /metrics over the store
     sattr demo                  diagnose the bundled sample jobs
     sattr rules lint|test|lock  check rules the way CI does; record rule versions
     sattr simulate ...          write simulated bundles with their expected answer
@@ -438,6 +442,7 @@ def simulate(
 for command in (
     show,
     list_,
+    report,
     worker,
     status,
     enqueue,
@@ -448,5 +453,6 @@ for command in (
     incidents,
     links,
     gpus,
+    serve,
 ):
     main.add_command(command)

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -21,10 +21,11 @@ import click
 from rich.console import Console
 
 from attribution.errors import AttributionError, RuleErrors
+from attribution.timeutil import parse_when
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 PIPE_WIDTH = 120
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 MAX_LIST_NODES = 10_000
 
 
@@ -115,30 +116,6 @@ class When:
     @property
     def everything(self) -> bool:
         return self.text.strip().lower() == "all"
-
-
-def parse_when(text: str, *, now: datetime | None = None) -> datetime:
-    """A duration back from now (``12h``, ``7d``), a date or time (``2026-11-30``), or ``all``
-    (the epoch) as a UTC time.
-
-    Raises:
-        ValueError: for anything else.
-    """
-    from attribution.timeutil import parse_duration, parse_iso
-
-    if text.strip().lower() == "all":
-        return EPOCH
-    try:
-        seconds = parse_duration(text)
-    except ValueError:
-        parsed = parse_iso(text)
-        if parsed is None:
-            raise ValueError(text) from None
-        return parsed
-    try:
-        return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
-    except OverflowError:
-        return EPOCH  # further back than any job
 
 
 def when_option(*, allow_all: bool = True) -> Any:

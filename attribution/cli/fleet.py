@@ -101,20 +101,12 @@ def build(
 ) -> Any:
     """Load the runs, the topology and the options; return the ``Fleet`` and its report."""
     from attribution.access import Caller
-    from attribution.fleet import Fleet, FleetOptions
     from attribution.fleetfile import load_history, load_topology
+    from attribution.fleetview import existing, fleet_from_store, fleet_options
 
     config = load_config(config_path)
     settings = config.fleet
-    options = FleetOptions(
-        q=q_level if q_level is not None else settings.q,
-        min_failures=min_failures if min_failures is not None else settings.min_failures,
-        min_ratio=settings.min_ratio,
-        min_users=settings.min_users,
-        incident_window=settings.incident_window,
-        domain_window=settings.domain_window,
-        max_drain_share=settings.max_drain_share,
-    )
+    options = fleet_options(config, q_level, min_failures)
     base = Path(history) if history else None
     window = (None if since.everything else since.at, until.at if until else None)
     context = click.get_current_context(silent=True)
@@ -129,45 +121,42 @@ def build(
     topo_path = Path(topology) if topology else None
     group_path = Path(groups) if groups else None
     if base is not None:
-        topo_path = topo_path or _there(base / "topology.conf")
-        group_path = group_path or _there(base / "groups.yaml")
+        topo_path = topo_path or existing(base / "topology.conf")
+        group_path = group_path or existing(base / "groups.yaml")
     else:
-        topo_path = topo_path or (settings.topology and _there(settings.topology))
+        topo_path = topo_path or existing(settings.topology)
         group_path = group_path or settings.groups
     try:
-        topo = load_topology(topo_path, group_path)
         if base is not None:
             fleet = load_history(
                 base,
                 options=options,
-                topology=topo,
+                topology=load_topology(topo_path, group_path),
                 since=window[0],
                 until=window[1],
                 partition=partition,
             )
+            if partition and not fleet.runs:
+                fleet.notes.append(f"no run of partition {partition!r} ended in the window")
         else:
             if not Caller.current(config.admin_groups).admin:
                 fail(
                     "the fleet view spans every user's jobs: administrators only"
                     " (root or admin_groups in the configuration)"
                 )
-            from attribution.store import Store
-
-            fleet = Fleet(
-                topology=topo,
-                options=options,
-                since=window[0],
-                until=window[1],
-                partition=partition,
+            fleet = fleet_from_store(
+                store_path(db, config),
+                options,
+                topo_path,
+                group_path,
+                window[0],
+                window[1],
+                partition,
             )
-            with Store(store_path(db, config), readonly=True) as store:
-                store.fleet_into(fleet, window[0], window[1], partition)
             if events:
                 _slurm_events(fleet, config, window)
     except AttributionError as exc:
         fail(str(exc))
-    if partition and not fleet.runs:
-        fleet.notes.append(f"no run of partition {partition!r} ended in the window")
     return fleet, fleet.report()
 
 
@@ -194,15 +183,6 @@ def _slurm_events(fleet: Any, config: Any, window: tuple[Any, Any]) -> None:
         fleet.notes.append(
             f"Slurm's node events were not read ({exc}): silent nodes from jobs only"
         )
-
-
-def _there(path: Path) -> Path | None:
-    """``path`` when it exists (anything there, a directory or FIFO included, is then read
-    and refused by the reader with a clear error), else None."""
-    try:
-        return path if path.exists() or path.is_symlink() else None
-    except OSError:
-        return path  # cannot even look: the reader says why
 
 
 def _run(section: str, args: dict[str, Any]) -> None:

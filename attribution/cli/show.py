@@ -6,7 +6,6 @@ What a caller may see is ``attribution.access``'s decision; the rows come from `
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
@@ -26,12 +25,14 @@ from attribution.cli.common import (
     until_option,
 )
 from attribution.errors import AttributionError
+from attribution.lookup import Found, NotFound, lookup
 from attribution.model import SubDomain, TerminalState
 from attribution.store import Store, VerdictFilter
 
 
 def _show_from_sacct(job: str, caller: Caller, store_problem: str, as_json: bool) -> None:
-    """Fallback for users who cannot read the store: the AdminComment line from sacct."""
+    """Fallback for users who cannot read the store and have no server: the verdict line
+    from sacct, in the AdminComment or, where another tool owns that, the SystemComment."""
     from attribution.errors import SlurmError
     from attribution.slurm.admincomment import parse_admin_comment
     from attribution.slurm.backend import JobRef
@@ -45,30 +46,36 @@ def _show_from_sacct(job: str, caller: Caller, store_problem: str, as_json: bool
         fail(f"{store_problem}; and sacct does not know job {job}")
     if not caller.owns(row.get("UID"), row.get("User")):
         fail(f"job {job} belongs to another user")
-    comment = row.get("AdminComment") or ""
-    parsed = parse_admin_comment(comment)
+    field, comment, parsed = "AdminComment", row.get("AdminComment") or "", None
+    for name in ("AdminComment", "SystemComment"):
+        text = row.get(name) or ""
+        found = parse_admin_comment(text)
+        if found is not None:
+            field, comment, parsed = name, text, found
+            break
     if as_json:
         emit_json(
             {
                 "schema": "attribution.admincomment/1",
-                "source": "sacct AdminComment",
+                "source": f"sacct {field}",
                 "note": store_problem,
                 "job_id": row.get("JobID"),
                 "user": row.get("User"),
                 "state": row.get("State"),
-                "admin_comment": comment or None,
+                "admin_comment": row.get("AdminComment") or None,
+                "system_comment": row.get("SystemComment") or None,
                 "verdict": parsed,
             }
         )
         if parsed is None:
             sys.exit(1)
         return
-    click.echo(f"Note: {store_problem}; showing the verdict line from sacct's AdminComment.")
+    click.echo(f"Note: {store_problem}; showing the verdict line from sacct's {field}.")
     click.echo(f"Job {row.get('JobID')} · user {row.get('User')} · {row.get('State')}")
     if parsed is None:
         click.echo(
-            "No verdict recorded in AdminComment yet (the worker may not have run, or "
-            "AdminComment write-back is off at this site; ask your administrators)."
+            "No verdict recorded in AdminComment or SystemComment yet (the worker may not have"
+            " run, or write-back is off at this site; ask your administrators)."
         )
         sys.exit(1)
     click.echo(comment)
@@ -77,26 +84,46 @@ def _show_from_sacct(job: str, caller: Caller, store_problem: str, as_json: bool
             click.echo(f"  {name}: {parsed[name]}")
 
 
-FLEET_DAYS = 7  # how far before the job's end 'sattr show' looks for other failures
+def fetch(job: str, config: Any, db: str | None) -> tuple[Found | None, str | None]:
+    """The job's verdict for the current user: from the store when they can read it, else
+    from the server (``server.url``) with a MUNGE credential. Returns ``(found, None)``, or
+    ``(None, why)`` when neither can be asked (the caller then falls back to sacct); a job
+    that is not there or not theirs ends the command."""
+    caller = Caller.current(config.admin_groups)
+    path = store_path(db, config)
+    try:
+        store = Store(path, readonly=True)
+    except AttributionError as exc:
+        problem = f"the verdict store is not readable ({exc})"
+        if not config.server.url or db is not None:
+            return None, problem
+        return _fetch_remote(job, config), None
+    try:
+        with store:
+            return lookup(store, job, caller), None
+    except NotFound as exc:
+        fail(f"{exc} [store: {path}]")
+    except AttributionError as exc:
+        fail(str(exc))
 
 
-def _fleet_line(store: Store, verdict: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """For each node the verdict holds responsible: other failed jobs it was responsible for
-    in the ``FLEET_DAYS`` before this job ended (and since), when there is any."""
+def _fetch_remote(job: str, config: Any) -> Found:
+    """``fetch`` through the server."""
+    from attribution.client import Client, ClientError
     from attribution.verdictjson import verdict_from_dict
 
-    record = verdict_from_dict(verdict).job
-    since = (record.end or datetime.now(UTC)) - timedelta(days=FLEET_DAYS)
-    key = record.key
-    out: dict[str, dict[str, Any]] = {}
-    for blame in verdict.get("responsible") or ():
-        node = blame.get("node") if isinstance(blame, dict) else None
-        if not node or node in out:
-            continue
-        seen = store.responsible_elsewhere(node, since, key)
-        if seen["jobs"]:
-            out[node] = {"jobs": seen["jobs"], "users": seen["users"], "since": since.isoformat()}
-    return out
+    try:
+        data = Client(config.server).record(job)
+        record = data.pop("record", None) or {}
+        others = data.pop("others", None) or []
+        verdict = verdict_from_dict(data)
+    except ClientError as exc:
+        fail(f"job {job}: {exc}")
+    except AttributionError as exc:
+        fail(f"job {job}: the server's answer is not a verdict: {exc}")
+    record["server"] = config.server.url
+    record["others"] = [str(k) for k in others]
+    return Found(verdict, record)
 
 
 @click.command()
@@ -108,52 +135,22 @@ def _fleet_line(store: Store, verdict: dict[str, Any]) -> dict[str, dict[str, An
 def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbose: bool) -> None:
     """Show the verdict of JOB (a job id, an array task A_T, or a SLUID).
 
-    Administrators read the verdict store. Users see only their own jobs; when
-    the store is not readable to them, the one-line verdict is taken from the
-    job's AdminComment through sacct.
+    Administrators read the verdict store. Users see only their own jobs: from the
+    store when they can read it, else from the server (server.url in the
+    configuration, with a MUNGE credential), else the one-line verdict from the
+    job's AdminComment (or SystemComment) through sacct.
     """
     config = load_config(config_path)
-    caller = Caller.current(config.admin_groups)
-    path = store_path(db, config)
-    try:
-        store = Store(path, readonly=True)
-    except AttributionError as exc:
-        _show_from_sacct(job, caller, f"the verdict store is not readable ({exc})", as_json)
+    found, problem = fetch(job, config, db)
+    if found is None:
+        _show_from_sacct(job, Caller.current(config.admin_groups), str(problem), as_json)
         return
-    fleet: dict[str, dict[str, Any]] = {}
-    try:
-        with store:
-            found = store.find(job)
-            rows = {r["key"]: r for r in store.query(VerdictFilter(job=job))}
-            mine = caller.visible(found)
-            if mine:
-                fleet = _fleet_line(store, mine[0])
-    except AttributionError as exc:
-        fail(str(exc))
-    if not found:
-        fail(
-            f"no verdict for job {job} in {path} (not processed yet? "
-            f"an administrator can run 'sattr enqueue {job}')"
-        )
-    if not mine:
-        fail(f"job {job} belongs to another user")
-    from attribution.render import verdict_view
-    from attribution.verdictjson import verdict_from_dict
-
-    verdict = caller.shown(verdict_from_dict(mine[0]))
-    row: dict[str, Any] = rows.get(verdict.job.key) or {}
     if as_json:
-        from attribution.model import verdict_to_dict
-
-        out = verdict_to_dict(verdict)  # the same object as 'sattr diagnose --json'
-        out["record"] = {  # what the store adds: the AdminComment write-back and spool time
-            "admin_comment_status": row.get("admin_comment_status"),
-            "admin_comment": row.get("admin_comment"),
-            "spooled_at": row.get("spooled_at"),
-            "fleet": fleet,
-        }
-        emit_json(out)
+        emit_json(found.to_dict())  # the 'sattr diagnose --json' object, plus 'record'
         return
+    from attribution.render import verdict_view
+
+    verdict, row = found.verdict, found.record
     out_console = console()
     out_console.print(verdict_view(verdict, verbose=verbose))
     if row.get("admin_comment_status"):
@@ -162,16 +159,16 @@ def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbo
             + (f" ({row.get('admin_comment')})" if row.get("admin_comment") else ""),
             style="dim",
         )
-    for node, seen in fleet.items():
+    for node, seen in (row.get("fleet") or {}).items():
         out_console.print(
             f"{node} was responsible for {seen['jobs']} other failed job(s) of"
             f" {seen['users']} user(s) since {seen['since'][:10]} (see 'sattr nodes').",
             style="yellow",
         )
-    if len(mine) > 1:
-        others = [verdict_from_dict(v).job for v in mine[1:]]
-        same = [j for j in others if j.cluster == verdict.job.cluster]
-        elsewhere = [j.key for j in others if j.cluster != verdict.job.cluster]
+    if found.others or row.get("others"):
+        same = [j for j in found.others if j.cluster == verdict.job.cluster]
+        elsewhere = [j.key for j in found.others if j.cluster != verdict.job.cluster]
+        elsewhere += row.get("others") or []
         if same:
             out_console.print(
                 f"{len(same)} earlier run(s) of this job have verdicts too.", style="dim"
@@ -182,6 +179,8 @@ def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbo
                 " with 'sattr show KEY'.",
                 style="dim",
             )
+    if row.get("server"):
+        out_console.print(f"(from the server at {row['server']})", style="dim")
 
 
 # --state accepts the verdict's terminal_state or the Slurm job state (sacct's names)
@@ -266,12 +265,15 @@ def list_(
     try:
         store = Store(path, readonly=True)
     except AttributionError as exc:
-        fail(f"{exc} (users without access to the store can still run 'sattr JOBID')")
-    try:
-        with store:
-            rows = store.query(selection)
-    except AttributionError as exc:
-        fail(str(exc))
+        if not config.server.url or db is not None:
+            fail(f"{exc} (users without access to the store can still run 'sattr JOBID')")
+        rows = _list_remote(config, since, until, selection, limit)
+    else:
+        try:
+            with store:
+                rows = store.query(selection)
+        except AttributionError as exc:
+            fail(str(exc))
     if as_json:
         emit_json(rows)
         return
@@ -283,4 +285,28 @@ def list_(
     out.print(f"{len(rows)} verdict(s){hint}", style="dim")
 
 
-__all__ = ["list_", "show"]
+def _list_remote(
+    config: Any, since: When, until: When | None, selection: VerdictFilter, limit: int
+) -> list[dict[str, Any]]:
+    """``sattr list`` through the server (``server.url``): the same filters, its rows."""
+    from attribution.client import Client, ClientError
+    from attribution.hostlist import compress
+
+    params = {
+        "since": since.text,
+        "until": until.text if until else None,
+        "state": selection.state,
+        "sub_domain": selection.sub_domain,
+        "cause": selection.cause,
+        "node": compress(selection.nodes) if selection.nodes else None,
+        "user": selection.user,
+        "partition": selection.partition,
+        "limit": limit,
+    }
+    try:
+        return Client(config.server).jobs(params)
+    except ClientError as exc:
+        fail(str(exc))
+
+
+__all__ = ["fetch", "list_", "show"]

@@ -999,8 +999,10 @@ class CliBackend:
         return text or None
 
     def whoami_record(self, ref: JobRef) -> dict[str, str] | None:
-        """User, UID and AdminComment of a job (for ``sattr`` run by a user), or ``None``."""
-        fields = ("JobID", "User", "UID", "State", "AdminComment")
+        """User, UID, AdminComment and SystemComment of a job (for ``sattr`` run by a user:
+        the worker writes to SystemComment when another tool owns the AdminComment), or
+        ``None``."""
+        fields = ("JobID", "User", "UID", "State", "AdminComment", "SystemComment")
         args = ["-X", "-P", "-n", f"--delimiter={DELIMITER}", "-j", ref.query_id]
         rows = self._sacct_fields_query(args, fields)
         return rows[-1] if rows else None

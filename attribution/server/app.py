@@ -1,0 +1,60 @@
+"""The ``sattr serve`` application: the REST API (``/api/v1``), the web pages (``/``), the
+Prometheus metrics (``/metrics``) and a liveness check (``/healthz``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from attribution import __version__
+from attribution.config import Config
+from attribution.server import api, pages
+from attribution.server.auth import Authenticator
+from attribution.server.metrics import StoreCollector
+from attribution.server.state import ServerState
+
+
+def create_app(config: Config, store: Path, ruleset: Any, *, token: str | None = None) -> FastAPI:
+    """The application over the verdict store at ``store``; ``ruleset`` diagnoses uploads;
+    ``token``: the server's token (None: no token is accepted)."""
+    config = config.model_copy(update={"store": store})
+    app = FastAPI(
+        title="attribution",
+        version=__version__,
+        summary="One honest verdict per failed Slurm GPU job",
+        openapi_url="/api/v1/openapi.json",
+        docs_url="/api/v1/docs",
+        redoc_url=None,
+    )
+    app.state.attribution = ServerState(
+        config=config,
+        store=store,
+        auth=Authenticator(config.server, config.admin_groups, token),
+        ruleset=ruleset,
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(config, store))
+    app.include_router(api.router)
+    app.include_router(pages.router)
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(request: Request) -> Response:
+        state: ServerState = request.app.state.attribution
+        if not state.config.server.metrics_public:
+            from attribution.server.state import identity
+
+            identity(request, state)
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> PlainTextResponse:
+        return PlainTextResponse("ok\n")
+
+    return app
+
+
+__all__ = ["create_app"]
