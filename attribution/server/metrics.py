@@ -24,7 +24,6 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from attribution.config import Config
 from attribution.errors import AttributionError
@@ -119,9 +118,7 @@ class StoreCollector(Collector):
             "Seconds from a job's end to its verdict, for verdicts the worker made from the"
             " spool (rediagnoses are not counted)",
         )
-        buckets = [
-            (floatToGoString(b), float(c)) for b, c in zip(LATENCY_BOUNDS, counts, strict=True)
-        ]
+        buckets = [(str(float(b)), float(c)) for b, c in zip(LATENCY_BOUNDS, counts, strict=True)]
         latency.add_metric([], [*buckets, ("+Inf", float(total))], seconds)
         comments = GaugeMetricFamily(
             "attribution_admin_comment_backlog",
