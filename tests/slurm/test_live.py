@@ -418,6 +418,13 @@ def run_as(user: str, args: list[str]) -> tuple[int, str]:
         "attribution.slurm.admincomment",
         "attribution.timeutil",
         "attribution.model",
+        "attribution.lookup",
+        "attribution.client",
+        "attribution.munge",
+        "httpx",
+        "httpcore",
+        "h11",
+        "encodings.idna",
     ):
         importlib.import_module(name)
     read, write = os.pipe()
@@ -511,6 +518,72 @@ def test_unreadable_store_falls_back_to_sacct(battery: Battery) -> None:
         assert rc == 1
         assert "belongs to another user" in out
     finally:
+        battery.store.chmod(mode & 0o7777)
+
+
+def test_users_read_their_verdicts_through_the_server(battery: Battery) -> None:
+    """Issue 15: with the store unreadable to users, 'sattr JOBID' and 'sattr list' on the
+    login node (this machine, as the job's owner) ask 'sattr serve' with a MUNGE credential
+    and get the full verdict of their own job, and a refusal for another user's."""
+    import socket
+
+    import httpx
+
+    user = battery.cluster.user
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    settings = {**battery.settings, "server": {"listen": f"127.0.0.1:{port}", "url": url}}
+    config = battery.base / "config-server.yaml"
+    battery.write_config(config, settings)
+    config.chmod(0o644)
+    mode = battery.store.stat().st_mode
+    battery.store.chmod(0o600)
+    log = (battery.base / "serve.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "attribution", "serve", "--config", str(config), "--no-token"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert server.poll() is None, (battery.base / "serve.log").read_text()
+            assert time.monotonic() < deadline, "sattr serve did not answer within 60 s"
+            time.sleep(0.2)
+        cfg = ["--config", str(config)]
+        rc, out = run_as(user, [battery.ids["traceback"], "--json", *cfg])
+        assert rc == 0, out
+        data = json.loads(out)
+        assert data["cause"]["id"] == "python-error"
+        assert data["job"]["user"] == user
+        assert data["symptom_chain"]  # the whole verdict, not the one-line AdminComment
+        assert data["coverage"]
+        assert data["record"]["server"] == url
+        rc, out = run_as(user, [battery.ids["traceback"], *cfg])
+        assert rc == 0, out
+        assert f"(from the server at {url})" in out
+        rc, out = run_as(user, [battery.ids["nodefail"], *cfg])  # root's job
+        assert rc == 1
+        assert "belongs to another user" in out
+        rc, out = run_as(user, ["list", "--json", "--since", "1d", *cfg])
+        assert rc == 0, out
+        rows = json.loads(out)
+        assert rows
+        assert {r["user"] for r in rows} == {user}
+        # without a credential the server answers nothing about jobs
+        assert httpx.get(f"{url}/api/v1/jobs", timeout=5).status_code == 401
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+        log.close()
         battery.store.chmod(mode & 0o7777)
 
 
