@@ -603,6 +603,15 @@ def test_enqueue_again_with_system_comment(battery: Battery) -> None:
     assert row["admin_comment_status"] == "system_comment"
     assert admin_comment(job).lower() == "js1:short"
     assert system_comment(job) == "sattr1 fail unattributed"
+    # read back the same way: without a store to read and no server configured, the line
+    # comes from SystemComment, the AdminComment being another tool's
+    absent = battery.base / "no-store-here.sqlite"
+    rc, out = run_as("root", [job, "--json", "--db", str(absent), "--config", str(other)])
+    assert rc == 0, out
+    data = json.loads(out[out.index("{") :])
+    assert data["source"] == "sacct SystemComment"
+    assert data["verdict"]["terminal_state"] == "fail"
+    assert data["admin_comment"].lower() == "js1:short"
 
 
 def test_rediagnose_is_stable(battery: Battery) -> None:
