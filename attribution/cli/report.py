@@ -9,6 +9,8 @@ too (``access.for_owner``): the report is what its job's owner may read, ready t
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import click
 
 from attribution.access import Caller, for_owner
@@ -25,7 +27,8 @@ WIDTH = 80
 @click.option(
     "--url",
     metavar="URL",
-    help="A web page of the job to point to at the end; {job} in it becomes the job id.",
+    help="A web page of the job to point to at the end; {job} in it becomes the job id"
+    " (default: the job's page on server.url, when one is configured).",
 )
 def report(job: str, config_path: str | None, db: str | None, url: str | None) -> None:
     """Print the verdict of JOB as a plain-text report (a mail body): the job, the diagnosis,
@@ -43,7 +46,9 @@ def report(job: str, config_path: str | None, db: str | None, url: str | None) -
         return
     # what the job's owner may read, whoever asks: the text is meant to be mailed to them
     verdict = for_owner(found.verdict)
-    page = url.replace("{job}", verdict.job.display_id) if url else None
+    if url is None and config.server.url:
+        url = config.server.url + "/jobs/{job}"  # the job's page on 'sattr serve'
+    page = url.replace("{job}", quote(verdict.job.display_id, safe="")) if url else None
     click.echo(report_text(verdict, found.record, width=WIDTH, url=page), nl=False)
 
 

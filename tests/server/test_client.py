@@ -118,7 +118,8 @@ def test_show_list_and_report_through_the_server(
     assert [r["key"] for r in json.loads(narrowed.output)] == [r["key"] for r in rows]
     report = runner.invoke(main, ["report", job, "--config", str(config)])
     assert report.exit_code == 0, report.output
-    assert f"Job ID:         {job}" in report.output or job in report.output.splitlines()[0]
+    assert job in report.output.splitlines()[0]
+    assert f"{served}/jobs/{job}" in report.output  # the job's page on the server
     missing = runner.invoke(main, ["show", "424242424", "--config", str(config)])
     assert missing.exit_code == 1
     assert "no verdict for job 424242424" in missing.output
