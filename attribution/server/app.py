@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attribution import __version__
 from attribution.config import Config
@@ -49,6 +51,13 @@ def create_app(config: Config, store: Path, ruleset: Any, *, token: str | None =
 
             identity(request, state)
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def not_found(request: Request, exc: StarletteHTTPException) -> Response:
+        """An unknown address outside the API gets the HTML 404 page; the API keeps JSON."""
+        if exc.status_code == 404 and not request.url.path.startswith("/api/"):
+            return pages.error_page(request, 404, f"no page at {request.url.path[:200]}")
+        return await http_exception_handler(request, exc)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> PlainTextResponse:

@@ -484,3 +484,13 @@ def test_munge_credential_for_another_request_or_junk_is_refused(db: Path) -> No
     off = make_client(db, munge=False)
     cred = credential(request_payload("GET", "/api/v1/whoami"))
     assert off.get("/api/v1/whoami", headers={"Authorization": f"MUNGE {cred}"}).status_code == 401
+
+
+def test_unknown_addresses_are_404_html_outside_the_api_and_json_inside(client: TestClient) -> None:
+    page = client.get("/no-such-page")
+    assert page.status_code == 404
+    assert page.headers["content-type"].startswith("text/html")
+    assert "no page at /no-such-page" in page.text
+    api = client.get("/api/v1/no-such-route", headers=ADMIN)
+    assert api.status_code == 404
+    assert api.json() == {"detail": "Not Found"}
