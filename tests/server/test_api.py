@@ -12,6 +12,7 @@ import pwd
 import shutil
 import subprocess
 import tarfile
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -494,3 +495,28 @@ def test_unknown_addresses_are_404_html_outside_the_api_and_json_inside(client: 
     api = client.get("/api/v1/no-such-route", headers=ADMIN)
     assert api.status_code == 404
     assert api.json() == {"detail": "Not Found"}
+
+
+def test_ten_gigabytes_of_zeros_compressed_are_refused_at_the_default_limit(
+    db: Path, ruleset: Any
+) -> None:
+    """The issue's bomb: a tarball of one 10 GiB file of zeros, about 10 MB as gzip (ten
+    gzip members of 1 GiB each, which gzip readers join), under the 64 MiB upload limit;
+    unpacking stops at the 1 GiB default."""
+    import gzip
+    import zlib
+
+    size = 10 << 30
+    header = tarfile.TarInfo("case/job/zeros.log")
+    header.size = size
+    head = header.tobuf(format=tarfile.GNU_FORMAT)
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    gib = packer.compress(bytes(1 << 30)) + packer.flush()
+    bomb = gzip.compress(head) + gib * 10
+    assert len(bomb) < 64 << 20  # within the default upload limit
+    client = make_client(db, ruleset)
+    started = time.monotonic()
+    response = client.post("/api/v1/diagnose", content=bomb, headers=ADMIN)
+    assert response.status_code == 413, response.text
+    assert "1,073,741,824" in response.text or "more than" in response.text
+    assert time.monotonic() - started < 60
