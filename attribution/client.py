@@ -5,6 +5,7 @@ credential naming it, so the server learns the caller's uid from munged, as Slur
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -32,6 +33,15 @@ class Client:
             raise ClientError("no server is configured (server.url)")
         self.settings = settings
         self.base = settings.url
+        # the system's trusted CAs (what curl and the site's other tools trust), or the site's
+        # own CA file; httpx alone would trust only certifi's list
+        cafile = str(settings.ca_file) if settings.ca_file else None
+        try:
+            self.verify = ssl.create_default_context(cafile=cafile)
+        except (OSError, ssl.SSLError) as exc:
+            raise ClientError(
+                f"server.ca_file {cafile}: cannot be read as CA certificates: {exc}"
+            ) from None
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> httpx.Response:
         """GET ``path`` (under the server's URL) with ``params``.
@@ -54,6 +64,7 @@ class Client:
                 headers={"Authorization": f"MUNGE {credential}", "Accept": "application/json"},
                 timeout=self.settings.timeout,
                 follow_redirects=False,
+                verify=self.verify,
             )
         except httpx.HTTPError as exc:
             raise ClientError(f"the server at {self.base} did not answer: {exc}") from None

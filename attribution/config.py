@@ -297,7 +297,9 @@ class Server(_Strict):
     ``proxy_header``: the header a trusted reverse proxy sets to the authenticated user name
     (off by default), believed only from ``proxy_addresses``. ``token``: print a URL with a
     random token at start; whoever holds it reads everything (for the person who started the
-    server: a demo, an operator's laptop). ``metrics_public``: ``/metrics`` without
+    server: a demo, an operator's laptop). ``ca_file``: the PEM file of the CA that signed
+    the server's certificate, for clients (default: the system's trusted CAs).
+    ``metrics_public``: ``/metrics`` without
     authentication (it holds counts, no user names or job ids). Uploads to
     ``POST /api/v1/diagnose`` are limited to ``max_upload`` bytes as sent and
     ``max_unpacked`` bytes unpacked; ``diagnose_slots`` of them run at once.
@@ -307,6 +309,7 @@ class Server(_Strict):
     tls_cert: Path | None = None
     tls_key: Path | None = None
     url: str | None = None
+    ca_file: Path | None = None
     munge: bool = True
     munge_socket: Path | None = None
     proxy_header: str | None = None

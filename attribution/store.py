@@ -247,6 +247,12 @@ def _when(text: str | None) -> datetime | None:
 
 # the failed runs the fleet view reads one by one (the rest it only counts): every failure but
 # the application's own, and those too when they had a GPU error (the GPU history needs them)
+def _failed(selection: VerdictFilter) -> str:
+    """The SQL condition of a failed job for the charts: terminal_state ``fail`` unless the
+    selection asks for a state of its own (then its condition decides)."""
+    return "1" if selection.state else "terminal_state = 'fail'"
+
+
 def _kept(table: str) -> str:
     return (
         f"({table}.terminal_state = 'fail' AND ({table}.sub_domain IS NOT 'application'"
@@ -823,8 +829,9 @@ class Store:
             raise self._unreadable(exc) from None
 
     def daily(self, selection: VerdictFilter) -> list[dict[str, Any]]:
-        """Failed jobs (every terminal_state but ``pass``) per UTC day of their end and
-        sub_domain, for the verdicts ``selection`` picks: rows of ``day`` (YYYY-MM-DD),
+        """Failed jobs (terminal_state ``fail``, as the fleet view counts them; with a
+        ``state`` in ``selection``, the jobs of that state instead) per UTC day of their end
+        and sub_domain, for the verdicts ``selection`` picks: rows of ``day`` (YYYY-MM-DD),
         ``sub_domain`` and ``jobs``, oldest day first.
 
         Raises:
@@ -833,7 +840,7 @@ class Store:
         where, params = selection.where()
         sql = (
             'SELECT substr("end", 1, 10) AS day, sub_domain, count(*) AS jobs FROM verdicts'
-            " WHERE terminal_state != 'pass' AND \"end\" IS NOT NULL"
+            f' WHERE {_failed(selection)} AND "end" IS NOT NULL'
             + (f" AND {where}" if where else "")
             + " GROUP BY 1, 2 ORDER BY 1, 2"
         )
@@ -843,7 +850,8 @@ class Store:
             raise self._unreadable(exc) from None
 
     def top_causes(self, selection: VerdictFilter, limit: int = 10) -> list[dict[str, Any]]:
-        """The causes of the most failed jobs ``selection`` picks: rows of ``cause_id``
+        """The causes of the most failed jobs (as ``daily`` counts them) ``selection`` picks:
+        rows of ``cause_id``
         (None: unattributed), ``sub_domain``, ``jobs``, ``users`` and ``nodes`` (distinct
         responsible nodes), most jobs first.
 
@@ -853,7 +861,7 @@ class Store:
         where, params = selection.where()
         sql = (
             "WITH picked AS (SELECT key, cause_id, sub_domain, user FROM verdicts"
-            " WHERE terminal_state != 'pass'"
+            f" WHERE {_failed(selection)}"
             + (f" AND {where}" if where else "")
             + ") SELECT p.cause_id AS cause_id, p.sub_domain AS sub_domain,"
             " count(DISTINCT p.key) AS jobs, count(DISTINCT p.user) AS users,"

@@ -44,6 +44,7 @@ def serve(config_path: str | None, db: str | None, listen: str | None, token: bo
     server. See docs/server.md.
     """
     import uvicorn
+    from pydantic import ValidationError
 
     from attribution.config import Server
     from attribution.server.app import create_app
@@ -53,8 +54,9 @@ def serve(config_path: str | None, db: str | None, listen: str | None, token: bo
     if listen is not None:
         try:
             settings = Server.model_validate({**settings.model_dump(), "listen": listen})
-        except ValueError as exc:
-            raise click.BadParameter(str(exc).splitlines()[-1], param_hint="--listen") from None
+        except ValidationError as exc:
+            message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise click.BadParameter(message, param_hint="--listen") from None
         config = config.model_copy(update={"server": settings})
     path = store_path(db, config)
     ruleset = load_rules([str(p) for p in config.rules])
@@ -63,12 +65,15 @@ def serve(config_path: str | None, db: str | None, listen: str | None, token: bo
     host, port = settings.address
     scheme = "https" if settings.tls_cert else "http"
     shown = f"[{host}]" if ":" in host else host
-    click.echo(f"sattr serve: verdicts from {path}", err=True)
-    if secret:
-        click.echo(f"  open {scheme}://{shown}:{port}/?token={secret}", err=True)
+    # where people reach it: server.url when set (listen may be 0.0.0.0, which no browser opens)
+    where = settings.url or f"{scheme}://{shown}:{port}"
     click.echo(
-        f"  API {scheme}://{shown}:{port}/api/v1 (OpenAPI: /api/v1/openapi.json),"
-        f" metrics {scheme}://{shown}:{port}/metrics",
+        f"sattr serve: verdicts from {path}, listening on {scheme}://{shown}:{port}", err=True
+    )
+    if secret:
+        click.echo(f"  open {where}/?token={secret}", err=True)
+    click.echo(
+        f"  API {where}/api/v1 (OpenAPI: {where}/api/v1/openapi.json), metrics {where}/metrics",
         err=True,
     )
     if not _loopback(host) and scheme == "http":

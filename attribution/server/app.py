@@ -8,7 +8,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -29,7 +30,7 @@ def create_app(config: Config, store: Path, ruleset: Any, *, token: str | None =
         version=__version__,
         summary="One honest verdict per failed Slurm GPU job",
         openapi_url="/api/v1/openapi.json",
-        docs_url="/api/v1/docs",
+        docs_url=None,  # FastAPI's Swagger page loads script from a CDN: not on a cluster
         redoc_url=None,
     )
     app.state.attribution = ServerState(
@@ -58,6 +59,15 @@ def create_app(config: Config, store: Path, ruleset: Any, *, token: str | None =
         if exc.status_code == 404 and not request.url.path.startswith("/api/"):
             return pages.error_page(request, 404, f"no page at {request.url.path[:200]}")
         return await http_exception_handler(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        """A request the API cannot read: 422 with one line naming each bad parameter."""
+        parts = []
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error.get("loc", ()) if p not in ("query", "path"))
+            parts.append(f"{where or 'request'}: {error.get('msg', 'invalid')}")
+        return JSONResponse({"detail": "; ".join(parts)[:500]}, status_code=422)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> PlainTextResponse:

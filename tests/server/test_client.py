@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import uvicorn
 from click.testing import CliRunner
@@ -52,36 +52,42 @@ def test_server_settings_defaults_and_ipv6() -> None:
     assert ipv6.url == "http://h:1"
 
 
+def start(app: Any, port: int, **tls: str) -> tuple[uvicorn.Server, threading.Thread]:
+    """``app`` on a real uvicorn at 127.0.0.1:``port`` in a thread, answering /healthz."""
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", **tls)  # type: ignore[arg-type]
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    return server, thread
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @pytest.fixture(scope="module")
 def served(demo_store: Any) -> Iterator[str]:
     """The demo store behind a real uvicorn on a free loopback port; yields its URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     config = Config.model_validate({"server": {"listen": f"127.0.0.1:{port}"}})
-    app = create_app(config, demo_store.db, None, token=None)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-    yield url
+    server, thread = start(create_app(config, demo_store.db, None, token=None), port)
+    yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=10)
 
 
-def client_config(tmp_path: Path, url: str) -> Path:
+def client_config(tmp_path: Path, url: str, **server: Any) -> Path:
     """A configuration whose store is not there (a login node) and whose server is ``url``."""
     path = tmp_path / "config.yaml"
     path.write_text(
-        json.dumps({"store": str(tmp_path / "no-store.sqlite"), "server": {"url": url}})
+        json.dumps({"store": str(tmp_path / "no-store.sqlite"), "server": {"url": url, **server}})
     )
     return path
 
@@ -125,13 +131,51 @@ def test_show_list_and_report_through_the_server(
     assert "no verdict for job 424242424" in missing.output
 
 
+@munge_needed
+def test_tls_with_the_sites_own_ca(demo_store: Any, tmp_path: Path) -> None:
+    """A server certificate from a CA of the site's: refused until server.ca_file names it."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    port = free_port()
+    app = create_app(Config(), demo_store.db, None, token=None)
+    server, thread = start(app, port, ssl_keyfile=str(key), ssl_certfile=str(cert))
+    try:
+        url = f"https://127.0.0.1:{port}"
+        with Store(demo_store.db, readonly=True) as store:
+            job = store.query(VerdictFilter(limit=1))[0]["display_id"]
+        refused = CliRunner().invoke(main, [job, "--config", str(client_config(tmp_path, url))])
+        assert refused.exit_code == 1
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.output
+        trusted = client_config(tmp_path, url, ca_file=str(cert))
+        shown = CliRunner().invoke(main, [job, "--json", "--config", str(trusted)])
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.output)["record"]["server"] == url
+        bad = client_config(tmp_path, url, ca_file=str(key.parent / "absent.pem"))
+        missing = CliRunner().invoke(main, [job, "--config", str(bad)])
+        assert missing.exit_code == 1
+        assert "server.ca_file" in missing.output
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 def test_an_unreachable_server_is_a_one_line_error(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # closed again: nothing listens there
     config = client_config(tmp_path, f"http://127.0.0.1:{port}")
     result = CliRunner().invoke(main, ["show", "1234", "--config", str(config)])
     assert result.exit_code == 1
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1, result.output
     assert "job 1234" in lines[0]
+
+
+def test_a_bad_listen_option_names_the_problem() -> None:
+    result = CliRunner().invoke(main, ["serve", "--listen", "8080"])
+    assert result.exit_code == 2
+    assert "listen must be ADDRESS:PORT" in result.output
+    assert "pydantic" not in result.output
