@@ -15,7 +15,7 @@ import dataclasses
 import grp
 import os
 import pwd
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,8 @@ from attribution.model import ChainEntry, Verdict
 from attribution.store import Owner, VerdictFilter
 
 HIDDEN = "(a line about another job; shown to administrators only)"
+HIDDEN_NOTE = "another job's (who and which: shown to administrators only)"
+HIDDEN_JOB = "(another job)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,17 +83,44 @@ class Caller:
 
 def for_owner(verdict: Verdict) -> Verdict:
     """The verdict as the job's owner may see it: lines about other jobs' processes and GPUs
-    (chain entries owned by another job) keep their place, count and time, not their text."""
+    (chain entries owned by another job) keep their place, count and time, not their text,
+    source or note (which names the other job's uid or cgroup); the other jobs that shared
+    the job's nodes are counted, not named."""
 
     def hide(entries: tuple[ChainEntry, ...]) -> tuple[ChainEntry, ...]:
         return tuple(
-            dataclasses.replace(e, example=HIDDEN, source="-") if e.owner == "foreign" else e
+            dataclasses.replace(e, example=HIDDEN, source="-", note=HIDDEN_NOTE)
+            if e.owner == "foreign"
+            else e
             for e in entries
         )
 
     return dataclasses.replace(
-        verdict, symptom_chain=hide(verdict.symptom_chain), ignored=hide(verdict.ignored)
+        verdict,
+        symptom_chain=hide(verdict.symptom_chain),
+        ignored=hide(verdict.ignored),
+        ownership=_unnamed(verdict.ownership),
     )
 
 
-__all__ = ["HIDDEN", "Caller", "for_owner"]
+def _unnamed(ownership: Mapping[str, Any]) -> dict[str, Any]:
+    """``ownership`` with each node's ``other_jobs`` (job ids of other users, maybe) kept as a
+    count: one ``HIDDEN_JOB`` per job."""
+    out = dict(ownership)
+    nodes = out.get("nodes")
+    if isinstance(nodes, Mapping):
+        out["nodes"] = {
+            name: (
+                {
+                    **info,
+                    "other_jobs": [HIDDEN_JOB] * len(info["other_jobs"]),
+                }
+                if isinstance(info, Mapping) and isinstance(info.get("other_jobs"), list | tuple)
+                else info
+            )
+            for name, info in nodes.items()
+        }
+    return out
+
+
+__all__ = ["HIDDEN", "HIDDEN_JOB", "HIDDEN_NOTE", "Caller", "for_owner"]

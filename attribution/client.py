@@ -5,7 +5,11 @@ credential naming it, so the server learns the caller's uid from munged, as Slur
 
 from __future__ import annotations
 
+import json
 import ssl
+import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -14,6 +18,8 @@ import httpx
 from attribution.config import Server
 from attribution.errors import AttributionError
 from attribution.munge import encode, request_payload
+
+MAX_BODY = 64 << 20  # bytes of one answer: a page of 1,000 rows is about 1 MB
 
 
 class ClientError(AttributionError):
@@ -43,7 +49,7 @@ class Client:
                 f"server.ca_file {cafile}: cannot be read as CA certificates: {exc}"
             ) from None
 
-    def get(self, path: str, params: dict[str, Any] | None = None) -> httpx.Response:
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Answer:
         """GET ``path`` (under the server's URL) with ``params``.
 
         Raises:
@@ -58,25 +64,69 @@ class Client:
             timeout=self.settings.timeout,
         )
         url = self.base + target
+        headers = {"Authorization": f"MUNGE {credential}", "Accept": "application/json"}
+        return self._fetch(url, headers)
+
+    def _fetch(self, url: str, headers: dict[str, str]) -> Answer:
+        """The answer to one GET, in full within ``server.timeout`` seconds whatever the
+        server does (httpx's timeouts are per read: a server that trickles bytes would hold
+        the command forever) and at most ``MAX_BODY`` bytes.
+
+        Raises:
+            ClientError: as ``get``.
+        """
+        timeout = self.settings.timeout
+        outcome: list[Answer | ClientError] = []
+
+        def fetch() -> None:
+            try:
+                outcome.append(self._read(url, headers, time.monotonic() + timeout))
+            except ClientError as exc:
+                outcome.append(exc)
+
+        worker = threading.Thread(target=fetch, name="sattr-client", daemon=True)
+        worker.start()
+        worker.join(timeout + 0.2)
+        if not outcome:
+            raise ClientError(f"the server at {self.base} did not answer within {timeout:g} s")
+        if isinstance(outcome[0], ClientError):
+            raise outcome[0]
+        answer = outcome[0]
+        if answer.status >= 400:
+            raise ClientError(answer.reason(), answer.status)
+        return answer
+
+    def _read(self, url: str, headers: dict[str, str], deadline: float) -> Answer:
+        timeout = self.settings.timeout
         try:
-            response = httpx.get(
+            with httpx.stream(
+                "GET",
                 url,
-                headers={"Authorization": f"MUNGE {credential}", "Accept": "application/json"},
-                timeout=self.settings.timeout,
+                headers=headers,
+                timeout=timeout,
                 follow_redirects=False,
                 verify=self.verify,
-            )
+            ) as response:
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_BODY:
+                        raise ClientError(
+                            f"the server at {self.base} sent more than {MAX_BODY:,} bytes"
+                        )
+                    if time.monotonic() > deadline:
+                        raise ClientError(
+                            f"the server at {self.base} did not answer within {timeout:g} s"
+                        )
+                return Answer(response.status_code, response.reason_phrase, bytes(body))
         except httpx.HTTPError as exc:
             raise ClientError(f"the server at {self.base} did not answer: {exc}") from None
-        if response.status_code >= 400:
-            raise ClientError(_reason(response), response.status_code)
-        return response
 
     def json(self, path: str, params: dict[str, Any] | None = None) -> Any:
-        response = self.get(path, params)
+        answer = self.get(path, params)
         try:
-            return response.json()
-        except ValueError:
+            return json.loads(answer.body)
+        except (ValueError, RecursionError):
             raise ClientError(f"the server at {self.base} answered {path} with no JSON") from None
 
     def record(self, job: str) -> dict[str, Any]:
@@ -96,8 +146,8 @@ class Client:
                 "/api/v1/jobs", {**params, "limit": min(1000, wanted - len(rows)), "offset": offset}
             )
             items = page.get("items") if isinstance(page, dict) else None
-            if not isinstance(items, list):
-                raise ClientError("the server's job list has no items")
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise ClientError(f"the server at {self.base} gave no list of job rows")
             rows += items
             offset += len(items)
             if not items or page.get("next") is None:
@@ -105,13 +155,22 @@ class Client:
         return rows
 
 
-def _reason(response: httpx.Response) -> str:
-    try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        detail = None
-    text = detail if isinstance(detail, str) else response.reason_phrase
-    return f"the server refused ({response.status_code}): {text}"
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A server's whole answer: ``status``, its ``phrase`` and the ``body``."""
+
+    status: int
+    phrase: str
+    body: bytes
+
+    def reason(self) -> str:
+        """The refusal in one line: the server's ``detail``, else the HTTP reason."""
+        try:
+            detail = json.loads(self.body).get("detail")
+        except (ValueError, RecursionError, AttributeError):
+            detail = None
+        text = detail if isinstance(detail, str) else self.phrase
+        return f"the server refused ({self.status}): {text}"
 
 
-__all__ = ["Client", "ClientError"]
+__all__ = ["MAX_BODY", "Answer", "Client", "ClientError"]

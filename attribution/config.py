@@ -302,7 +302,9 @@ class Server(_Strict):
     ``metrics_public``: ``/metrics`` without
     authentication (it holds counts, no user names or job ids). Uploads to
     ``POST /api/v1/diagnose`` are limited to ``max_upload`` bytes as sent and
-    ``max_unpacked`` bytes unpacked; ``diagnose_slots`` of them run at once.
+    ``max_unpacked`` bytes unpacked; ``diagnose_slots`` of them run at once, each in a
+    process of its own killed after ``diagnose_timeout`` and limited to ``diagnose_memory``
+    of address space.
     """
 
     listen: str = "127.0.0.1:8080"
@@ -319,6 +321,8 @@ class Server(_Strict):
     max_upload: ByteSize = ByteSize(64 * 1024 * 1024)
     max_unpacked: ByteSize = ByteSize(1024 * 1024 * 1024)
     diagnose_slots: int = Field(default=2, ge=1, le=64)
+    diagnose_timeout: Duration = Field(default=120.0, gt=0)
+    diagnose_memory: ByteSize = Field(default=ByteSize(4 * 1024**3), ge=256 * 1024**2)
     timeout: Duration = Field(default=30.0, gt=0)
 
     @field_validator("listen")

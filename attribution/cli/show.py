@@ -108,22 +108,54 @@ def fetch(job: str, config: Any, db: str | None) -> tuple[Found | None, str | No
 
 
 def _fetch_remote(job: str, config: Any) -> Found:
-    """``fetch`` through the server."""
+    """``fetch`` through the server; an answer that is not a verdict ends the command."""
     from attribution.client import Client, ClientError
-    from attribution.verdictjson import verdict_from_dict
 
     try:
         data = Client(config.server).record(job)
-        record = data.pop("record", None) or {}
-        others = data.pop("others", None) or []
-        verdict = verdict_from_dict(data)
     except ClientError as exc:
         fail(f"job {job}: {exc}")
-    except AttributionError as exc:
-        fail(f"job {job}: the server's answer is not a verdict: {exc}")
+    try:
+        verdict, record = _remote_verdict(data)
+    except (AttributionError, TypeError, KeyError, ValueError, AttributeError) as exc:
+        fail(f"job {job}: the server's answer is not a verdict ({type(exc).__name__}: {exc})")
     record["server"] = config.server.url
-    record["others"] = [str(k) for k in others]
     return Found(verdict, record)
+
+
+def _remote_verdict(data: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The verdict and the record (checked: the fields ``show`` prints) in a server's answer.
+
+    Raises:
+        ValueError, TypeError, KeyError, AttributeError, AttributionError: not a verdict.
+    """
+    from attribution.verdictjson import verdict_from_dict
+
+    data = dict(data)
+    record = data.pop("record", None) or {}
+    others = data.pop("others", None) or []
+    if not isinstance(record, dict):
+        raise ValueError("its record is not an object")
+    if not isinstance(others, list) or not all(isinstance(k, str) for k in others):
+        raise ValueError("its other runs are not a list of keys")
+    fleet = record.get("fleet") or {}
+    if not isinstance(fleet, dict) or not all(
+        isinstance(seen, dict)
+        and isinstance(seen.get("jobs"), int)
+        and isinstance(seen.get("users"), int)
+        and isinstance(seen.get("since"), str)
+        for seen in fleet.values()
+    ):
+        raise ValueError("its fleet note is not {node: {jobs, users, since}}")
+    if not isinstance(data.get("job"), dict) or not isinstance(data.get("terminal_state"), str):
+        raise ValueError("it has no job or no terminal_state")
+    verdict = verdict_from_dict(data)
+    from attribution.render import verdict_view
+
+    verdict_view(verdict, verbose=True)  # what cannot be shown is refused here, in one line
+    record["fleet"] = fleet
+    record["others"] = list(others)
+    return verdict, record
 
 
 @click.command()

@@ -9,6 +9,7 @@ administrators every job and the fleet view. A job's verdict is the JSON object
 from __future__ import annotations
 
 import json
+import multiprocessing
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -26,11 +27,13 @@ from attribution.lookup import Forbidden, Found, NotFound, lookup
 from attribution.model import SubDomain, verdict_to_dict
 from attribution.server.auth import Identity
 from attribution.server.state import Admin, ServerState, State, Who, identity, open_store
+from attribution.server.upload import UploadLimits
 from attribution.store import VerdictFilter
 from attribution.timeutil import parse_when
 
 router = APIRouter(prefix="/api/v1", tags=["api"])
 MAX_PAGE = 1000
+MAX_OFFSET = 1_000_000_000  # SQLite takes 64-bit offsets; a billion verdicts is far enough
 MAX_NODES = 10_000
 CHUNK = 1 << 20
 
@@ -139,7 +142,7 @@ def jobs(
     caller: Who,
     filters: Query_,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> Page:
     chosen = filters.selection(caller, limit, offset)
     with open_store(state) as opened:
@@ -257,58 +260,128 @@ async def diagnose(
     """The verdict JSON, as ``sattr diagnose --json`` prints it; the notes it would print
     on stderr (what in the bundle was skipped and why) are in the ``X-Attribution-Notes``
     header, one JSON list."""
-    from attribution.server.upload import UploadError, UploadLimits
-
     settings = state.config.server
+    limit = int(settings.max_upload)
     declared = request.headers.get("content-length")
-    if declared and declared.isdecimal() and int(declared) > settings.max_upload:
-        raise HTTPException(
-            413, f"the upload is over the limit of {int(settings.max_upload):,} bytes"
-        )
+    if declared and declared.isdecimal() and int(declared) > limit:
+        raise HTTPException(413, f"the upload is over the limit of {limit:,} bytes")
+    # a slot first: an upload is not even stored while every slot is busy
+    if not state.slots.acquire(blocking=False):
+        raise HTTPException(503, "every diagnosis slot is busy; try again shortly")
+    try:
+        with tempfile.TemporaryDirectory(
+            prefix="sattr-upload-", ignore_cleanup_errors=True
+        ) as work:
+            archive = Path(work) / "upload"
+            size = 0
+            with archive.open("wb") as out:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise HTTPException(413, f"the upload is over the limit of {limit:,} bytes")
+                    out.write(chunk)
+            verdict, notes = await run_in_threadpool(isolated, state, archive, Path(work))
+    finally:
+        state.slots.release()
+    if notes:
+        text = json.dumps(notes[:MAX_NOTES], ensure_ascii=True)
+        response.headers["X-Attribution-Notes"] = text[:MAX_NOTES_BYTES]
+    return verdict
+
+
+MAX_NOTES = 20  # notes in the X-Attribution-Notes header
+MAX_NOTES_BYTES = 4096  # its length (proxies buffer headers: nginx 4-8 KiB by default)
+
+
+def isolated(state: ServerState, archive: Path, work: Path) -> tuple[dict[str, Any], list[str]]:
+    """Unpack and diagnose an upload in a child process of its own, killed past
+    ``server.diagnose_timeout`` and limited to ``server.diagnose_memory`` of address space:
+    an upload costs at most that, whatever it holds.
+
+    Raises:
+        HTTPException: 400 for a refused archive or bundle, 413 for a limit.
+    """
+    settings = state.config.server
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
     limits = UploadLimits(
         max_upload=int(settings.max_upload), max_unpacked=int(settings.max_unpacked)
     )
-    with tempfile.TemporaryDirectory(prefix="sattr-upload-") as work:
-        archive = Path(work) / "upload"
-        size = 0
-        with archive.open("wb") as out:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > settings.max_upload:
-                    raise HTTPException(
-                        413, f"the upload is over the limit of {int(settings.max_upload):,} bytes"
-                    )
-                out.write(chunk)
-        if not state.slots.acquire(timeout=0.1):
-            raise HTTPException(503, "every diagnosis slot is busy; try again shortly")
-        try:
-            verdict, notes = await run_in_threadpool(
-                _diagnose_file, state, archive, Path(work), limits
-            )
-            if notes:
-                response.headers["X-Attribution-Notes"] = json.dumps(notes[:50], ensure_ascii=True)
-            return verdict
-        except UploadError as exc:
-            raise HTTPException(exc.status, str(exc)) from None
-        finally:
-            state.slots.release()
-
-
-def _diagnose_file(
-    state: ServerState, archive: Path, work: Path, limits: Any
-) -> tuple[dict[str, Any], list[str]]:
-    from attribution.bundle import diagnose_bundle
-    from attribution.server.upload import unpack_bundle
-
-    target = work / "bundle"
-    target.mkdir(mode=0o700)
-    with archive.open("rb") as source:
-        root = unpack_bundle(source, target, limits)
+    child = context.Process(
+        target=_diagnose_child,
+        args=(
+            str(archive),
+            str(work),
+            limits,
+            [str(d) for d in state.config.rules],
+            int(settings.diagnose_memory),
+            send,
+        ),
+        daemon=True,
+    )
+    child.start()
+    send.close()
     try:
-        loaded, verdict = diagnose_bundle(root, state.ruleset)
+        if not receive.poll(settings.diagnose_timeout):
+            raise HTTPException(
+                413,
+                f"the diagnosis took longer than {settings.diagnose_timeout:g} s"
+                " (server.diagnose_timeout)",
+            )
+        try:
+            outcome = receive.recv()
+        except (EOFError, OSError):
+            raise HTTPException(
+                413,
+                "the diagnosis ended without an answer (over server.diagnose_memory?)",
+            ) from None
+    finally:
+        receive.close()
+        if child.is_alive():
+            child.kill()
+        child.join(timeout=10)
+    if outcome[0] == "ok":
+        return outcome[1], outcome[2]
+    status, message = outcome[1], outcome[2]
+    raise HTTPException(status, message.replace(str(work), "<upload>"))
+
+
+def _diagnose_child(
+    archive: str,
+    work: str,
+    limits: UploadLimits,
+    rule_dirs: list[str],
+    memory: int,
+    send: Any,
+) -> None:
+    """The child of ``isolated``: unpack, diagnose, send ``("ok", verdict, notes)`` or
+    ``("error", status, message)``."""
+    import resource
+
+    from attribution.bundle import diagnose_bundle
+    from attribution.rules.loader import load_ruleset
+    from attribution.server.upload import UploadError, unpack_bundle
+
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        target = Path(work) / "bundle"
+        target.mkdir(mode=0o700)
+        with open(archive, "rb") as source:
+            root = unpack_bundle(source, target, limits)
+        ruleset = load_ruleset([Path(d) for d in rule_dirs])
+        loaded, verdict = diagnose_bundle(root, ruleset)
+        notes = [str(n)[:500] for n in loaded.notes]
+        send.send(("ok", verdict_to_dict(verdict), notes))
+    except UploadError as exc:
+        send.send(("error", exc.status, str(exc)))
+    except MemoryError:
+        send.send(("error", 413, "the diagnosis needed more than server.diagnose_memory"))
     except AttributionError as exc:
-        raise HTTPException(400, f"the bundle cannot be diagnosed: {exc}") from None
-    return verdict_to_dict(verdict), [str(n)[:500] for n in loaded.notes]
+        send.send(("error", 400, f"the bundle cannot be diagnosed: {exc}"))
+    except RecursionError:
+        send.send(("error", 400, "the bundle is nested too deeply to be read"))
+    finally:
+        send.close()
 
 
 __all__ = ["Filters", "Page", "find", "fleet_report", "router"]

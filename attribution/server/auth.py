@@ -68,9 +68,11 @@ def _trusted(peer: str | None, addresses: Sequence[str]) -> bool:
     if not peer:
         return False
     try:
-        address = ipaddress.ip_address(peer)
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(peer)
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # an IPv4 proxy as a server on [::] sees it
     for item in addresses:
         try:
             if address in ipaddress.ip_network(item, strict=False):
@@ -100,10 +102,14 @@ class Authenticator:
         if scheme.lower() == "munge":
             return self._munge(request, value)
         if self.settings.proxy_header:
-            user = request.headers.get(self.settings.proxy_header)
+            users = request.headers.getlist(self.settings.proxy_header)
             peer = request.client.host if request.client else None
-            if user is not None and _trusted(peer, self.settings.proxy_addresses):
-                return self._proxy(user)
+            if users and _trusted(peer, self.settings.proxy_addresses):
+                if len(users) > 1:  # a proxy that adds its header to the client's own
+                    raise HTTPException(
+                        401, f"{self.settings.proxy_header} given more than once: refused"
+                    )
+                return self._proxy(users[0])
         if self.token is not None:
             given = (
                 value.strip()
@@ -125,7 +131,9 @@ class Authenticator:
             )
         except MungeError as exc:
             raise HTTPException(401, str(exc)) from None
-        path = request.url.path
+        # the path as sent, %-escapes and all (the client names that in its credential)
+        raw = request.scope.get("raw_path")
+        path = raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path
         root = request.scope.get("root_path") or ""
         if root and path.startswith(root):
             path = path[len(root) :]  # behind a proxy that serves us under a prefix

@@ -40,7 +40,7 @@ from attribution.hostlist import compress
 from attribution.model import COVERAGE_NOTES, CoverageStatus, SubDomain
 from attribution.render import safe_text
 from attribution.server import charts
-from attribution.server.api import Filters, find, fleet_report
+from attribution.server.api import MAX_OFFSET, Filters, find, fleet_report
 from attribution.server.auth import COOKIE, Identity
 from attribution.server.state import ServerState, State, admin, identity, open_store
 
@@ -346,7 +346,7 @@ def jobs_page(
     state: State,
     who: Who,
     filters: Annotated[Filters, Query()],
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = PAGE_SIZE,
 ) -> HTMLResponse:
     caller = who.caller

@@ -45,6 +45,9 @@ else:  # the same module, backported (PyPI backports.zstd)
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
+# a zstd skippable frame (pzstd starts with one): 0x184D2A50..0x184D2A5F, little-endian
+_SKIPPABLE = re.compile(rb"[\x50-\x5f]\x2a\x4d\x18", re.DOTALL)
+MAX_DEPTH: Final = 32  # path components of one member: bundles are 3 or 4 deep
 MiB: Final = 1 << 20
 
 # What tarfile may pull while it parses one member's headers (its pax records or GNU
@@ -230,7 +233,7 @@ def _decompressed(upload: _Upload, limits: UploadLimits) -> _Unpacked:
     inner: _Upload | GzipFile | zstd.ZstdFile
     if magic.startswith(GZIP_MAGIC):
         kind, inner = "gzip", GzipFile(fileobj=upload, mode="rb")
-    elif magic.startswith(ZSTD_MAGIC):
+    elif magic.startswith(ZSTD_MAGIC) or _SKIPPABLE.match(magic):
         kind, inner = "zstd", zstd.ZstdFile(upload)
     else:
         kind, inner = "tar", upload
@@ -251,6 +254,8 @@ def _parts(name: str) -> tuple[str, ...]:
     parts = tuple(p for p in name.split("/") if p not in ("", "."))
     if ".." in parts:
         raise UploadError(f"{what}: a '..' component in its name")
+    if len(parts) > MAX_DEPTH:
+        raise UploadError(f"{what}: more than {MAX_DEPTH} directories deep")
     return parts
 
 
@@ -308,6 +313,8 @@ class _Extraction:
         if not target.resolve().is_relative_to(self.dest):
             raise UploadError(f"{what} would be written outside the upload directory")
         if member.isreg():
+            if member.size < 0:
+                raise UploadError(f"{what} declares a negative size ({member.size})")
             if member.size > self.limits.max_member:
                 raise UploadError(
                     f"{what} is {member.size} bytes, more than {self.limits.max_member}", 413
@@ -356,7 +363,7 @@ def _open_tar(stream: _Unpacked) -> tarfile.TarFile:
     """tarfile reading ``stream`` front to back (it parses the first header now)."""
     try:
         return tarfile.open(fileobj=stream, mode="r|", bufsize=_TAR_BUFSIZE)
-    except tarfile.TarError as exc:
+    except (tarfile.TarError, ValueError) as exc:  # ValueError: a damaged GNU sparse map
         raise UploadError(f"not a tar archive ({stream.kind}): {exc}") from None
 
 
@@ -381,7 +388,7 @@ def unpack_bundle(source: BinaryIO, dest: Path, limits: UploadLimits) -> Path:
             stream.enter("header")
             try:
                 member = tar.next()
-            except tarfile.TarError as exc:
+            except (tarfile.TarError, ValueError) as exc:  # ValueError: damaged sparse map
                 raise stream.damaged(stream.at("after"), exc) from None
             if member is None:
                 break
