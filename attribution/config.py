@@ -304,7 +304,8 @@ class Server(_Strict):
     ``POST /api/v1/diagnose`` are limited to ``max_upload`` bytes as sent and
     ``max_unpacked`` bytes unpacked; ``diagnose_slots`` of them run at once, each in a
     process of its own killed after ``diagnose_timeout`` and limited to ``diagnose_memory``
-    of address space.
+    of address space. ``max_connections``: connections served at once (uvicorn answers 503
+    beyond), so that held-open connections cannot take the server's memory.
     """
 
     listen: str = "127.0.0.1:8080"
@@ -322,6 +323,7 @@ class Server(_Strict):
     max_unpacked: ByteSize = ByteSize(1024 * 1024 * 1024)
     diagnose_slots: int = Field(default=2, ge=1, le=64)
     diagnose_timeout: Duration = Field(default=120.0, gt=0)
+    max_connections: int = Field(default=256, ge=8, le=65536)
     diagnose_memory: ByteSize = Field(default=ByteSize(4 * 1024**3), ge=256 * 1024**2)
     timeout: Duration = Field(default=30.0, gt=0)
 

@@ -90,6 +90,8 @@ def serve(config_path: str | None, db: str | None, listen: str | None, token: bo
         ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
         ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
         log_level="warning",
+        limit_concurrency=settings.max_connections,
+        timeout_keep_alive=5,
         proxy_headers=False,
         server_header=False,
     )

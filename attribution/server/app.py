@@ -47,10 +47,10 @@ def create_app(config: Config, store: Path, ruleset: Any, *, token: str | None =
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
         state: ServerState = request.app.state.attribution
-        if not state.config.server.metrics_public:
-            from attribution.server.state import identity
+        if not state.config.server.metrics_public:  # then for administrators only
+            from attribution.server.state import admin, identity
 
-            identity(request, state)
+            admin(identity(request, state))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(StarletteHTTPException)

@@ -403,9 +403,10 @@ def test_metrics_parse_and_move_when_verdicts_are_written(
     )
 
 
-def test_metrics_can_require_a_caller(db: Path) -> None:
+def test_metrics_can_require_an_administrator(db: Path) -> None:
     client = make_client(db, metrics_public=False)
     assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers=as_user("nobody")).status_code == 403
     assert client.get("/metrics", headers=ADMIN).status_code == 200
 
 
