@@ -302,7 +302,7 @@ def isolated(state: ServerState, archive: Path, work: Path) -> tuple[dict[str, A
         HTTPException: 400 for a refused archive or bundle, 413 for a limit.
     """
     settings = state.config.server
-    context = multiprocessing.get_context("spawn")
+    context = fork_server()
     receive, send = context.Pipe(duplex=False)
     limits = UploadLimits(
         max_upload=int(settings.max_upload), max_unpacked=int(settings.max_unpacked)
@@ -344,6 +344,19 @@ def isolated(state: ServerState, archive: Path, work: Path) -> tuple[dict[str, A
         return outcome[1], outcome[2]
     status, message = outcome[1], outcome[2]
     raise HTTPException(status, message.replace(str(work), "<upload>"))
+
+
+def fork_server() -> Any:
+    """The multiprocessing context of upload diagnoses, its fork server started: children
+    start from a clean process with the engine imported (fast; none of the server's threads,
+    sockets or store connections are inherited). ``create_app`` starts it with the app, so
+    that its runtime directory is made once, at start."""
+    from multiprocessing import forkserver
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["attribution.server.api", "attribution.bundle"])
+    forkserver.ensure_running()
+    return context
 
 
 def _diagnose_child(

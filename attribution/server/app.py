@@ -41,6 +41,7 @@ def create_app(config: Config, store: Path, ruleset: Any, *, token: str | None =
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(config, store))
+    api.fork_server()  # the processes that diagnose uploads fork from it
     app.include_router(api.router)
     app.include_router(pages.router)
 
