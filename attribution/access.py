@@ -23,7 +23,7 @@ from attribution.model import ChainEntry, Verdict
 from attribution.store import Owner, VerdictFilter
 
 HIDDEN = "(a line about another job; shown to administrators only)"
-HIDDEN_NOTE = "another job's (who and which: shown to administrators only)"
+HIDDEN_NOTE = "another job's"
 HIDDEN_JOB = "(another job)"
 
 
