@@ -37,9 +37,10 @@ def _time(value: datetime | None, *, date: bool = True) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S")
 
 
-def _duration(seconds: float | None) -> str:
+def duration(seconds: float | None, sep: str = "", unknown: str = "?") -> str:
+    """``1h30m0s`` (``sep`` between the parts: ``1h 30m 0s``); ``unknown`` for None."""
     if seconds is None:
-        return "?"
+        return unknown
     s = int(seconds)
     d, s = divmod(s, 86400)
     h, s = divmod(s, 3600)
@@ -50,7 +51,7 @@ def _duration(seconds: float | None) -> str:
     if m or h or d:
         parts.append(f"{m}m")
     parts.append(f"{s}s")
-    return "".join(parts)
+    return sep.join(parts)
 
 
 def _nodes(nodes: Sequence[str], limit: int = 40) -> str:
@@ -108,7 +109,7 @@ def verdict_view(verdict: Verdict, *, verbose: bool = False) -> RenderableType:
         )
     if job.start or job.end:
         head.append(
-            f"\n{_time(job.start)} → {_time(job.end)} UTC ({_duration(job.duration)})", style="dim"
+            f"\n{_time(job.start)} → {_time(job.end)} UTC ({duration(job.duration)})", style="dim"
         )
 
     body = Text()

@@ -179,26 +179,26 @@ def job_record(
     return out
 
 
+class Window(BaseModel):
+    """The fleet view's window, as query parameters."""
+
+    since: str = Field("7d", description="Jobs that ended since: 7d, a date, all.")
+    until: str | None = Field(None, description="Jobs that ended before.")
+    partition: str | None = Field(None, description="Only jobs of this Slurm partition.")
+
+
+FleetWindow = Annotated[Window, Query()]
+
+
 @router.get("/nodes", summary="The fleet view: suspect nodes, domains, silent nodes (admins)")
-def nodes(
-    state: State,
-    _admin: Admin,
-    since: str = "7d",
-    until: str | None = None,
-    partition: str | None = None,
-) -> dict[str, Any]:
-    return fleet_report(state, since, until, partition, ("nodes", "domains", "silent"))
+def nodes(state: State, _admin: Admin, window: FleetWindow) -> dict[str, Any]:
+    sections = ("nodes", "domains", "silent")
+    return fleet_report(state, window.since, window.until, window.partition, sections)
 
 
 @router.get("/incidents", summary="Failures of many jobs read as one event (admins)")
-def incidents(
-    state: State,
-    _admin: Admin,
-    since: str = "7d",
-    until: str | None = None,
-    partition: str | None = None,
-) -> dict[str, Any]:
-    return fleet_report(state, since, until, partition, ("incidents",))
+def incidents(state: State, _admin: Admin, window: FleetWindow) -> dict[str, Any]:
+    return fleet_report(state, window.since, window.until, window.partition, ("incidents",))
 
 
 def fleet_report(

@@ -38,7 +38,7 @@ from attribution import __version__
 from attribution.access import HIDDEN
 from attribution.hostlist import compress
 from attribution.model import COVERAGE_NOTES, CoverageStatus, SubDomain
-from attribution.render import safe_text
+from attribution.render import duration, safe_text
 from attribution.server import charts
 from attribution.server.api import MAX_OFFSET, Filters, find, fleet_report
 from attribution.server.auth import COOKIE, Identity
@@ -101,22 +101,6 @@ def _utc(value: Any, seconds: bool = True) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    parts = [f"{d}d"] if d else []
-    if h or d:
-        parts.append(f"{h}h")
-    if m or h or d:
-        parts.append(f"{m}m")
-    parts.append(f"{s}s")
-    return " ".join(parts)
-
-
 def _hosts(nodes: Any) -> str:
     if not nodes:
         return "-"
@@ -168,7 +152,7 @@ def _environment() -> Environment:
     )
     env.filters.update(
         utc=_utc,
-        duration=_duration,
+        duration=lambda seconds: duration(seconds, " ", "-"),
         hosts=_hosts,
         num=_num,
         p=_p,
