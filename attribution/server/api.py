@@ -35,7 +35,6 @@ router = APIRouter(prefix="/api/v1", tags=["api"])
 MAX_PAGE = 1000
 MAX_OFFSET = 1_000_000_000  # SQLite takes 64-bit offsets; a billion verdicts is far enough
 MAX_NODES = 10_000
-CHUNK = 1 << 20
 
 JOB = "A job id, an array task (1234_7) or a SLUID."
 
@@ -393,6 +392,9 @@ def _diagnose_child(
         send.send(("error", 400, f"the bundle cannot be diagnosed: {exc}"))
     except RecursionError:
         send.send(("error", 400, "the bundle is nested too deeply to be read"))
+    except Exception as exc:  # a bug of ours: the answer says so, the server goes on
+        send.send(("error", 500, f"the diagnosis failed ({type(exc).__name__}); see the log"))
+        raise
     finally:
         send.close()
 

@@ -22,8 +22,10 @@ from attribution.server.state import ServerState
 
 
 def create_app(config: Config, store: Path, ruleset: Any, *, token: str | None = None) -> FastAPI:
-    """The application over the verdict store at ``store``; ``ruleset`` diagnoses uploads;
-    ``token``: the server's token (None: no token is accepted)."""
+    """The application over the verdict store at ``store``; ``token``: the server's token
+    (None: no token is accepted). ``ruleset``: the rules ``sattr serve`` loaded at start (so
+    that broken site rules stop it there); each upload's diagnosis, in a child process, loads
+    the same ones (the shipped rules and ``config.rules``)."""
     config = config.model_copy(update={"store": store})
     app = FastAPI(
         title="attribution",
