@@ -219,6 +219,17 @@ def m006_runs(db: Database) -> None:
     )
 
 
+@migrations()
+def m007_list_order(db: Database) -> None:
+    """The order of ``sattr list`` and the server's pages (latest end first, by key among
+    equal ends) served by an index, deep pages included; a job found by its display id
+    (``A_T``) or SLUID through indexes too (``VerdictFilter.job`` ORs four columns, which
+    SQLite serves with an index per column or not at all)."""
+    db.table("verdicts").create_index(["end", "key"], if_not_exists=True)
+    db.table("verdicts").create_index(["display_id"], if_not_exists=True)
+    db.table("verdicts").create_index(["sluid"], if_not_exists=True)
+
+
 def _iso(value: datetime | None) -> str | None:
     return to_jsonable(value) if value is not None else None
 
@@ -805,7 +816,7 @@ class Store:
         """
         selection = selection or VerdictFilter()
         where, params = selection.where()
-        order = '"end" DESC, key' if selection.order == "newest" else "display_id, key"
+        order = '"end" DESC, key DESC' if selection.order == "newest" else "display_id, key"
         try:
             return list(
                 self.rows(
