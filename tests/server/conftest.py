@@ -13,9 +13,13 @@ The copy adds, through ``Store.save`` (the worker's path):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import pwd
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -350,3 +355,33 @@ def listed_keys(page: Node) -> list[str]:
         assert link is not None
         keys.append(html.unescape(link.attrs["href"]).rsplit("/jobs/", 1)[1])
     return keys
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on (at the moment of asking)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def uvicorn_serving(app: FastAPI, **tls: str) -> Iterator[str]:
+    """``app`` served by a real uvicorn on a free loopback port, in a thread, until the block
+    ends; yields its base URL once it answers (``tls``: ``ssl_certfile``/``ssl_keyfile``)."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off", **tls)  # type: ignore[arg-type]
+    )
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            pytest.fail(f"uvicorn did not start on port {port} within 30 s")
+        time.sleep(0.05)
+    try:
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

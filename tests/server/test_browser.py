@@ -10,18 +10,20 @@ screenshots go to ``test-output/screenshots/``.
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-import uvicorn
 
 from attribution.store import Store, VerdictFilter
-from tests.server.conftest import FLEET_NODE, PROXY_HEADER, TOKEN, PageStore, make_app
+from tests.server.conftest import (
+    FLEET_NODE,
+    PROXY_HEADER,
+    TOKEN,
+    PageStore,
+    make_app,
+    uvicorn_serving,
+)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -45,36 +47,11 @@ from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(page_store: PageStore) -> Iterator[str]:
     """The application over the page store, served by uvicorn in a thread; its base URL."""
-    app = make_app(page_store.db, proxy_header=PROXY_HEADER)
-    port = _free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    served = uvicorn.Server(config)
-    thread = threading.Thread(target=served.run, name="uvicorn", daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or not thread.is_alive():
-            served.should_exit = True
-            pytest.fail(f"uvicorn did not answer on {base} within 20 s")
-        time.sleep(0.05)
-    yield base
-    served.should_exit = True
-    thread.join(timeout=10)
+    with uvicorn_serving(make_app(page_store.db, proxy_header=PROXY_HEADER)) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")

@@ -4,16 +4,12 @@ port, in a thread) with real MUNGE credentials, and the server's configuration c
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from click.testing import CliRunner
 
 from attribution.cli import main
@@ -21,6 +17,7 @@ from attribution.config import Config, parse_config
 from attribution.errors import ConfigError
 from attribution.server.app import create_app
 from attribution.store import Store, VerdictFilter
+from tests.server.conftest import free_port, uvicorn_serving
 from tests.server.test_api import munge_needed
 
 
@@ -52,35 +49,11 @@ def test_server_settings_defaults_and_ipv6() -> None:
     assert ipv6.url == "http://h:1"
 
 
-def start(app: Any, port: int, **tls: str) -> tuple[uvicorn.Server, threading.Thread]:
-    """``app`` on a real uvicorn at 127.0.0.1:``port`` in a thread, answering /healthz."""
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", **tls)  # type: ignore[arg-type]
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    return server, thread
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def served(demo_store: Any) -> Iterator[str]:
     """The demo store behind a real uvicorn on a free loopback port; yields its URL."""
-    port = free_port()
-    config = Config.model_validate({"server": {"listen": f"127.0.0.1:{port}"}})
-    server, thread = start(create_app(config, demo_store.db, None, token=None), port)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with uvicorn_serving(create_app(Config(), demo_store.db, None, token=None)) as url:
+        yield url
 
 
 def client_config(tmp_path: Path, url: str, **server: Any) -> Path:
@@ -141,11 +114,8 @@ def test_tls_with_the_sites_own_ca(demo_store: Any, tmp_path: Path) -> None:
          "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
-    port = free_port()
     app = create_app(Config(), demo_store.db, None, token=None)
-    server, thread = start(app, port, ssl_keyfile=str(key), ssl_certfile=str(cert))
-    try:
-        url = f"https://127.0.0.1:{port}"
+    with uvicorn_serving(app, ssl_keyfile=str(key), ssl_certfile=str(cert)) as url:
         with Store(demo_store.db, readonly=True) as store:
             job = store.query(VerdictFilter(limit=1))[0]["display_id"]
         refused = CliRunner().invoke(main, [job, "--config", str(client_config(tmp_path, url))])
@@ -159,9 +129,6 @@ def test_tls_with_the_sites_own_ca(demo_store: Any, tmp_path: Path) -> None:
         missing = CliRunner().invoke(main, [job, "--config", str(bad)])
         assert missing.exit_code == 1
         assert "server.ca_file" in missing.output
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def test_an_unreachable_server_is_a_one_line_error(tmp_path: Path) -> None:

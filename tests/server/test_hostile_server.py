@@ -37,7 +37,6 @@ from urllib.parse import unquote
 
 import httpx
 import pytest
-import uvicorn
 from click.testing import CliRunner, Result
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -52,6 +51,7 @@ from attribution.server.app import create_app
 from attribution.server.upload import ZSTD_MAGIC
 from attribution.store import Store
 from tests.conftest import CASES, Diagnoses
+from tests.server.conftest import uvicorn_serving
 from tests.server.test_api import credential, munge_needed
 
 if sys.version_info >= (3, 14):
@@ -762,25 +762,9 @@ class Served:
 @pytest.fixture(scope="module")
 def served(hostile: HostileStore, ruleset: RuleSet) -> Iterator[Served]:
     """The hostile store behind uvicorn on a free loopback port."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     app = make_app(hostile.db, ruleset)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-    yield Served(url, app)
-    server.should_exit = True
-    thread.join(timeout=10)
+    with uvicorn_serving(app) as url:
+        yield Served(url, app)
 
 
 def test_uploads_turned_away_do_not_stall_the_server(served: Served) -> None:
