@@ -43,6 +43,14 @@ from tests.pipeline.conftest import bare_verdict
 NOW = datetime.now(UTC)
 
 
+@pytest.fixture(autouse=True)
+def _now() -> None:
+    """``NOW`` is each test's start: the commands under test read the real clock, and a test
+    run minutes after this module was collected (a long suite) must not see its stamps age."""
+    global NOW
+    NOW = datetime.now(UTC)
+
+
 def ago(**delta: float) -> datetime:
     return NOW - timedelta(**delta)
 
