@@ -282,9 +282,11 @@ async def diagnose(
             verdict, notes = await run_in_threadpool(isolated, state, archive, Path(work))
     finally:
         state.slots.release()
-    if notes:
-        text = json.dumps(notes[:MAX_NOTES], ensure_ascii=True)
-        response.headers["X-Attribution-Notes"] = text[:MAX_NOTES_BYTES]
+    kept = notes[:MAX_NOTES]
+    while kept and len(json.dumps(kept, ensure_ascii=True)) > MAX_NOTES_BYTES:
+        kept = kept[:-1]  # whole notes only: the header stays one JSON list
+    if kept:
+        response.headers["X-Attribution-Notes"] = json.dumps(kept, ensure_ascii=True)
     return verdict
 
 
