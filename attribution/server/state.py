@@ -42,11 +42,6 @@ def server_state(request: Request) -> ServerState:
 State = Annotated[ServerState, Depends(server_state)]
 
 
-def optional_identity(request: Request, state: State) -> Identity | None:
-    """The caller, None when the request carries no credential (a 401 for a bad one)."""
-    return state.auth.identify(request)
-
-
 def identity(request: Request, state: State) -> Identity:
     """The caller; a request without a credential is refused with 401."""
     found = state.auth.identify(request)
@@ -101,6 +96,5 @@ __all__ = [
     "caller",
     "identity",
     "open_store",
-    "optional_identity",
     "server_state",
 ]
