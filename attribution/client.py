@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import json
 import ssl
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import httpx
-
 from attribution.config import Server
 from attribution.errors import AttributionError
-from attribution.munge import encode, request_payload
+from attribution.httpfetch import FetchError, fetch, tls_context
+from attribution.munge import MungeError, encode, request_payload
 
 MAX_BODY = 64 << 20  # bytes of one answer: a page of 1,000 rows is about 1 MB
 
@@ -41,12 +38,11 @@ class Client:
         self.base = settings.url
         # the system's trusted CAs (what curl and the site's other tools trust), or the site's
         # own CA file; httpx alone would trust only certifi's list
-        cafile = str(settings.ca_file) if settings.ca_file else None
         try:
-            self.verify = ssl.create_default_context(cafile=cafile)
+            self.verify = tls_context(settings.ca_file)
         except (OSError, ssl.SSLError) as exc:
             raise ClientError(
-                f"server.ca_file {cafile}: cannot be read as CA certificates: {exc}"
+                f"server.ca_file {settings.ca_file}: cannot be read as CA certificates: {exc}"
             ) from None
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> Answer:
@@ -58,69 +54,42 @@ class Client:
         """
         query = urlencode({k: v for k, v in (params or {}).items() if v is not None})
         target = path + (f"?{query}" if query else "")  # what the credential names
-        credential = encode(
-            request_payload("GET", target),
-            socket=self.settings.munge_socket,
-            timeout=self.settings.timeout,
-        )
+        try:
+            credential = encode(
+                request_payload("GET", target),
+                socket=self.settings.munge_socket,
+                timeout=self.settings.timeout,
+            )
+        except MungeError as exc:  # no munge on this node, munged down: one line, no traceback
+            raise ClientError(f"no MUNGE credential for the server: {exc.message}") from None
         url = self.base + target
         headers = {"Authorization": f"MUNGE {credential}", "Accept": "application/json"}
         return self._fetch(url, headers)
 
     def _fetch(self, url: str, headers: dict[str, str]) -> Answer:
         """The answer to one GET, in full within ``server.timeout`` seconds whatever the
-        server does (httpx's timeouts are per read: a server that trickles bytes would hold
-        the command forever) and at most ``MAX_BODY`` bytes.
+        server does and at most ``MAX_BODY`` bytes (``httpfetch.fetch``).
 
         Raises:
             ClientError: as ``get``.
         """
         timeout = self.settings.timeout
-        outcome: list[Answer | ClientError] = []
-
-        def fetch() -> None:
-            try:
-                outcome.append(self._read(url, headers, time.monotonic() + timeout))
-            except ClientError as exc:
-                outcome.append(exc)
-
-        worker = threading.Thread(target=fetch, name="sattr-client", daemon=True)
-        worker.start()
-        worker.join(timeout + 0.2)
-        if not outcome:
-            raise ClientError(f"the server at {self.base} did not answer within {timeout:g} s")
-        if isinstance(outcome[0], ClientError):
-            raise outcome[0]
-        answer = outcome[0]
+        try:
+            got = fetch(
+                "GET", url, headers=headers, timeout=timeout, max_bytes=MAX_BODY, verify=self.verify
+            )
+        except FetchError as exc:
+            if exc.kind == "timeout":
+                message = f"did not answer within {timeout:g} s"
+            elif exc.kind == "too_large":
+                message = f"sent more than {MAX_BODY:,} bytes"
+            else:
+                message = f"did not answer: {exc.message}"
+            raise ClientError(f"the server at {self.base} {message}") from None
+        answer = Answer(got.status, got.phrase, got.body)
         if answer.status >= 400:
             raise ClientError(answer.reason(), answer.status)
         return answer
-
-    def _read(self, url: str, headers: dict[str, str], deadline: float) -> Answer:
-        timeout = self.settings.timeout
-        try:
-            with httpx.stream(
-                "GET",
-                url,
-                headers=headers,
-                timeout=timeout,
-                follow_redirects=False,
-                verify=self.verify,
-            ) as response:
-                body = bytearray()
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if len(body) > MAX_BODY:
-                        raise ClientError(
-                            f"the server at {self.base} sent more than {MAX_BODY:,} bytes"
-                        )
-                    if time.monotonic() > deadline:
-                        raise ClientError(
-                            f"the server at {self.base} did not answer within {timeout:g} s"
-                        )
-                return Answer(response.status_code, response.reason_phrase, bytes(body))
-        except httpx.HTTPError as exc:
-            raise ClientError(f"the server at {self.base} did not answer: {exc}") from None
 
     def json(self, path: str, params: dict[str, Any] | None = None) -> Any:
         answer = self.get(path, params)
