@@ -39,6 +39,7 @@ from attribution.model import CoverageNote, JobRecord, Stream, Trust, Verdict
 from attribution.rules.compiled import RuleSet
 from attribution.scan import read_context
 from attribution.sources.journal import is_journal_file, journal_specs
+from attribution.sources.metrics import is_metrics_file
 from attribution.sources.readahead import read_sources
 from attribution.sources.specs import SourceSpec
 from attribution.sources.streams import file_stem, job_stream_for, node_stream_for
@@ -326,9 +327,13 @@ def load_bundle(path: Path | str) -> Bundle:
             listing.problem = node_listing.problem
         left_out = list(listing.notes)
         journals: list[Path] = []
+        metrics: list[Path] = []
         for file in listing.files:
             if is_journal_file(file.name):
                 journals.append(file)
+                continue
+            if is_metrics_file(file.name):
+                metrics.append(file)
                 continue
             kind = node_stream_for(file.name)
             if kind is None:
@@ -364,6 +369,8 @@ def load_bundle(path: Path | str) -> Bundle:
                     trust=trust.get(stream),
                 )
             )
+        if metrics:
+            specs.append(_metrics_spec(root, metrics, node, trust.get(Stream.METRICS)))
 
     # controller log
     ctld = [
@@ -380,6 +387,15 @@ def load_bundle(path: Path | str) -> Bundle:
                 display=[_display(root, p) for p in ctld],
             )
         )
+    # the job's metrics, all nodes in one file
+    job_metrics = [p for p in (root / "metrics.json",) if p.is_file() and inside_bundle(root, p)]
+    job_metrics += [
+        p
+        for p in sorted(root.glob("metrics.json.*"))
+        if is_metrics_file(p.name) and p.is_file() and inside_bundle(root, p)
+    ]
+    if job_metrics:
+        specs.append(_metrics_spec(root, job_metrics, None, trust.get(Stream.METRICS)))
     expected: dict[str, Any] | None = None
     expected_error: str | None = None
     try:  # diagnosing does not need the answer: a broken expected.yaml is kept as a note
@@ -399,6 +415,20 @@ def load_bundle(path: Path | str) -> Bundle:
         notes=notes,
         history=history,
         expected_error=expected_error,
+    )
+
+
+def _metrics_spec(
+    root: Path, paths: list[Path], node: str | None, trust: Trust | None
+) -> SourceSpec:
+    """A bundle's metrics files (docs/bundles.md, "metrics.json"): one node's or the job's."""
+    return SourceSpec(
+        stream=Stream.METRICS,
+        node=node,
+        paths=paths,
+        display=[_display(root, p) for p in paths],
+        trust=trust,
+        kind="metrics",
     )
 
 

@@ -23,6 +23,7 @@ class Stream(enum.StrEnum):
     DCGM = "dcgm"  # DCGM health / nv-hostengine log
     SLURMD = "slurmd"  # slurmd.log of a node
     SLURMCTLD = "slurmctld"  # slurmctld.log of the controller
+    METRICS = "metrics"  # GPU metrics (dcgm-exporter via Prometheus), one line per change
     JOB_STDOUT = "job_stdout"  # the job's StdOut
     JOB_STDERR = "job_stderr"  # the job's StdErr
 
@@ -33,6 +34,7 @@ NODE_STREAMS: tuple[Stream, ...] = (
     Stream.FABRICMANAGER,
     Stream.DCGM,
     Stream.SLURMD,
+    Stream.METRICS,
 )
 JOB_STREAMS: tuple[Stream, ...] = (Stream.JOB_STDOUT, Stream.JOB_STDERR)
 
@@ -66,6 +68,7 @@ DEFAULT_TRUST: dict[Stream, Trust] = {
     Stream.DCGM: Trust.TRUSTED,
     Stream.SLURMD: Trust.TRUSTED,
     Stream.SLURMCTLD: Trust.TRUSTED,
+    Stream.METRICS: Trust.TRUSTED,
     Stream.JOB_STDOUT: Trust.UNTRUSTED,
     Stream.JOB_STDERR: Trust.UNTRUSTED,
 }
@@ -148,6 +151,40 @@ class ChainRole(enum.StrEnum):
     CONTEXT = "context"
 
 
+# GPU metrics as NVIDIA's dcgm-exporter names them (docs/metrics.md): which series carry
+# evidence and how each is read, and the labels that name a series' node and GPU.
+# The label that names a series' node, in order of preference (dcgm-exporter sets Hostname).
+NODE_LABELS: tuple[str, ...] = ("Hostname", "node", "instance", "host", "hostname")
+GPU_LABEL, UUID_LABEL, BUS_LABEL, JOB_LABEL = "gpu", "UUID", "pci_bus_id", "hpc_job"
+
+# Counters (or 0/1 gauges that only go up): series name -> whether a non-zero value at the first
+# sample is worth a line (state the GPU was already in, such as a pending row remap), or only
+# the rises are (lifetime totals that are rarely zero).
+COUNTERS: Mapping[str, bool] = {
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": True,
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": False,
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": True,
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": True,
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": False,
+    "DCGM_FI_DEV_RETIRED_DBE": False,
+    "DCGM_FI_DEV_RETIRED_PENDING": True,
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": False,
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": False,
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": False,
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": False,
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": False,
+    "DCGM_FI_DEV_THERMAL_VIOLATION": False,
+    "DCGM_FI_DEV_POWER_VIOLATION": False,
+}
+LAST_VALUE: frozenset[str] = frozenset({"DCGM_FI_DEV_XID_ERRORS"})
+# the clock throttle (DCGM 3.3+: "clocks event") reasons, a bit mask of NVML's reasons
+REASONS: frozenset[str] = frozenset(
+    {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"}
+)
+EVIDENCE_SERIES: tuple[str, ...] = (*COUNTERS, *sorted(LAST_VALUE), *sorted(REASONS))
+GPU_LABEL, UUID_LABEL, BUS_LABEL, JOB_LABEL = "gpu", "UUID", "pci_bus_id", "hpc_job"
+
+
 class CoverageStatus(enum.StrEnum):
     """What we could read of one source (stream x node)."""
 
@@ -156,6 +193,7 @@ class CoverageStatus(enum.StrEnum):
     MISSING = "missing"
     UNREADABLE = "unreadable"
     ERROR = "error"
+    UNREACHABLE = "unreachable"  # a remote source (Prometheus) did not answer
 
 
 class Severity(enum.IntEnum):
@@ -600,6 +638,21 @@ COVERAGE_NOTES: Mapping[str, str] = {
     " without them",
     "folded": "{count} signal(s) beyond the per-node bound of distinct ranks or events were"
     " counted, but their rank and field detail was not kept",
+    # GPU metrics (docs/metrics.md)
+    "metrics_read": "{series} series, {samples} samples read",
+    "metrics_no_series": "no series for this node in the job's window",
+    "metrics_bad_file": "{file}: {why}",
+    "metrics_too_large": "{file}: larger than {limit} bytes, not read",
+    "metrics_series_cap": "{count} series beyond the limit of {limit} not read",
+    "metrics_other_hosts": "{count} series of hosts outside the job left out",
+    "metrics_no_node": "{count} series without a node label left out",
+    "metrics_folded": "{count} more change(s) of {series} not shown",
+    "prometheus_unreachable": "{url}: {error} (asked for {nodes})",
+    "prometheus_timeout": "{url}: no whole answer within {seconds} s (metrics.timeout; asked for"
+    " {nodes})",
+    "prometheus_error": "{url}: {error} (asked for {nodes})",
+    "prometheus_cap": "more than {limit} series (metrics.max_series): {count} node(s) not read in"
+    " full ({nodes})",
     "regex_timeout": "{count} line(s) skipped by {rule}: its pattern ran out of time (after 20"
     " such lines a rule is not tried again in the job)",
 }

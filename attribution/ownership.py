@@ -295,6 +295,9 @@ def owner_of(event: Event, view: JobView) -> tuple[Owner, str | None]:
     if scope == "node":
         return Owner.NODE, None
     if scope == "gpu":
+        if any(event.fields.get(name) not in (None, "") for name in JOB_ID_FIELDS):
+            # the line names the job its GPU was given to (dcgm-exporter's hpc_job label)
+            return _job_scoped(event, view.job)
         return view.gpu_owner(event.node, event.device, is_gpu=event.component == "gpu")
     if scope == "process":
         return _process_owner(event, view)

@@ -55,7 +55,13 @@ from attribution.rules.template import render
 ROOT_BAND_MIN = 40
 # coverage states in which a source told us nothing
 UNREAD_STATUSES = frozenset(
-    {CoverageStatus.MISSING, CoverageStatus.UNREADABLE, CoverageStatus.ERROR, CoverageStatus.EMPTY}
+    {
+        CoverageStatus.MISSING,
+        CoverageStatus.UNREADABLE,
+        CoverageStatus.ERROR,
+        CoverageStatus.EMPTY,
+        CoverageStatus.UNREACHABLE,
+    }
 )
 
 

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from attribution.model import Coverage, CoverageNote, LogLine, OutputSilence
 from attribution.sources.journal import JournalReader
+from attribution.sources.metrics import MetricsReader
 from attribution.sources.specs import ReadContext, SourceSpec
 from attribution.sources.textlog import SourceReader
 
@@ -30,9 +31,12 @@ class Reader(Protocol):
 
 
 def reader_for(spec: SourceSpec, ctx: ReadContext) -> Reader:
-    """A ``SourceReader`` for files, a ``journal.JournalReader`` for journal files."""
+    """A ``SourceReader`` for files, a ``journal.JournalReader`` for journal files, a
+    ``metrics.MetricsReader`` for metrics files."""
     if spec.kind == "journal":
         return JournalReader(spec, ctx)
+    if spec.kind == "metrics":
+        return MetricsReader(spec, ctx)
     return SourceReader(spec, ctx)
 
 

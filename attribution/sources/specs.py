@@ -35,7 +35,9 @@ class SourceSpec:
     notes: list[CoverageNote] = field(default_factory=list)
     problem: CoverageNote | None = None
     trust: Trust | None = None  # None: what the stream is by default (``DEFAULT_TRUST``)
-    kind: str = "file"  # "file": plain or compressed text; "journal": systemd journal files
+    # "file": plain or compressed text; "journal": systemd journal files; "metrics": Prometheus
+    # range query answers (``sources.metrics``)
+    kind: str = "file"
 
     @property
     def trust_level(self) -> Trust:
