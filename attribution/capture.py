@@ -55,6 +55,7 @@ from attribution.model import (
     Trust,
 )
 from attribution.sources.journal import journalctl, journalctl_window_lines
+from attribution.sources.metrics import dump_bodies
 from attribution.sources.reader import DECODE_ERRORS, open_log
 from attribution.sources.specs import ReadContext, SourceSpec
 from attribution.sources.streams import NODE_FILE_STREAMS, file_stem, job_stream_for
@@ -152,6 +153,8 @@ def _capture(
                     if key not in journals:
                         journals.add(key)
                         _export_journal(spec, job, lo, hi, out, report)
+                elif spec.kind == "metrics":
+                    _save_metrics(spec, stage, report)
                 elif spec.stream in JOB_STREAMS:
                     # the private copy collect() made, reading as the job's owner could
                     name = "stdout.log" if spec.stream is Stream.JOB_STDOUT else "stderr.log"
@@ -181,6 +184,15 @@ def _capture(
     }
     _save_json(stage / MANIFEST, manifest, report)
     return report
+
+
+def _save_metrics(spec: SourceSpec, stage: Path, report: CaptureReport) -> None:
+    """Prometheus's answers for the job (one per query) as the bundle's ``metrics.json``: one
+    answer as it came, several as a list (docs/bundles.md, "metrics.json")."""
+    bodies = [json.loads(path.read_bytes()) for path in spec.paths]
+    with (stage / "metrics.json").open("w", encoding="utf-8") as handle:
+        handle.write(dump_bodies(bodies).decode())
+    report.files["metrics.json"] = 1
 
 
 def _save_json(path: Path, data: Any, report: CaptureReport) -> None:

@@ -31,7 +31,7 @@ import stat
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ from attribution.errors import AttributionError
 from attribution.jobrecord import job_from_dict
 from attribution.model import Coverage, CoverageNote, CoverageStatus, JobRecord, Stream, Trust
 from attribution.ownership import bus_key
+from attribution.promql import fetch_metrics
 from attribution.sources.journal import journal_specs
 from attribution.sources.reader import GZIP_MAGIC, ZSTD_MAGIC
 from attribution.sources.specs import SourceSpec
@@ -410,7 +411,33 @@ def collect(job: JobRecord, config: Config) -> Collection:
             Trust(config.logs.trust.slurmctld),
         )
     _job_output(col, job, config)
+    _metrics(col, job, config)
     return col
+
+
+def _metrics(col: Collection, job: JobRecord, config: Config) -> None:
+    """The job's GPU metrics from Prometheus (``metrics.url``), saved in the collection's private
+    directory; a server that is down, slow or wrong becomes a coverage note, never an error."""
+    settings = config.metrics
+    if not settings.url or not job.nodes or job.start is None or job.end is None:
+        return
+    if col.tmpdir is None:
+        col.tmpdir = Path(tempfile.mkdtemp(prefix="attribution-job-"))
+    dest = col.tmpdir / "metrics"
+    dest.mkdir(exist_ok=True)
+    start = job.start - timedelta(seconds=config.window.before)
+    end = job.end + timedelta(seconds=config.window.after)
+    got = fetch_metrics(settings, job.nodes, start, end, dest)
+    col.specs.append(
+        SourceSpec(
+            stream=Stream.METRICS,
+            node=None,
+            paths=got.files,
+            display=[f"{settings.url} (query {i + 1})" for i in range(len(got.files))],
+            notes=got.problems,
+            kind="metrics",
+        )
+    )
 
 
 def ownership_facts(

@@ -14,6 +14,7 @@ picks up rotated and compressed files (``kern.log.1``, ``kern.log.2.gz``).
 from __future__ import annotations
 
 import os
+import re
 import string
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +34,7 @@ from pydantic import (
 
 from attribution._yaml import LineMap, load_yaml_file
 from attribution.errors import ConfigError, Location, RuleError
+from attribution.model import EVIDENCE_SERIES
 from attribution.timeutil import parse_duration
 
 DEFAULT_CONFIG = Path("/etc/attribution/config.yaml")
@@ -356,6 +358,63 @@ class Server(_Strict):
         return host.strip("[]"), int(port)
 
 
+class Metrics(_Strict):
+    """GPU metrics from a Prometheus-compatible server (Prometheus, Thanos, Mimir,
+    VictoriaMetrics), as NVIDIA's dcgm-exporter publishes them (docs/metrics.md).
+
+    ``url``: the server's base address (``/api/v1/query_range`` is added); unset, no metrics are
+    read. ``series``: the series asked for (default: those that carry evidence). ``node_label``:
+    the label whose value is the node name (dcgm-exporter's ``Hostname``; ``instance`` with a
+    port or a domain works too, both are removed; another label is copied to ``node`` in the
+    saved answers, which the reader knows). ``selector``: more label matchers for every query
+    (``cluster="a"``).
+    ``step``: seconds between points, else the job's window over ``max_points``, at least
+    ``min_step``. ``timeout``: seconds for one whole answer; ``max_bytes``: its size;
+    ``max_series``: series in all for one job (the rest of the nodes are not asked, and coverage
+    says so); ``nodes_per_query``: nodes named in one query. ``headers``: sent with each request
+    (``X-Scope-OrgID`` for Mimir); ``bearer_token_file``: a file whose content is sent as
+    ``Authorization: Bearer``; ``ca_file``: the CA of the server's certificate (default: the
+    system's CAs).
+    """
+
+    url: str | None = None
+    series: list[str] = Field(default_factory=lambda: list(EVIDENCE_SERIES))
+    node_label: str = "Hostname"
+    selector: str = ""
+    step: Duration | None = None
+    min_step: Duration = Field(default=15.0, gt=0)
+    max_points: int = Field(default=720, ge=10, le=11000)
+    timeout: Duration = Field(default=10.0, gt=0)
+    max_bytes: ByteSize = ByteSize(32 * 1024 * 1024)
+    max_series: int = Field(default=20_000, ge=1)
+    nodes_per_query: int = Field(default=64, ge=1, le=4096)
+    headers: dict[str, str] = {}
+    bearer_token_file: Path | None = None
+    ca_file: Path | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r}: url must start with http:// or https://")
+        return value.rstrip("/") if value else value
+
+    @field_validator("series")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_:][A-Za-z0-9_:]*", name):
+                raise ValueError(f"{name!r} is not a Prometheus metric or label name")
+        return value
+
+    @field_validator("node_label")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(f"{value!r} is not a Prometheus label name")
+        return value
+
+
 class Config(_Strict):
     """The whole configuration; every field has a default."""
 
@@ -379,6 +438,7 @@ class Config(_Strict):
     health: Health = Health()
     fleet: FleetSettings = FleetSettings()
     server: Server = Server()
+    metrics: Metrics = Metrics()
     rules: list[Path] = []
     admin_groups: list[str] = []
 
@@ -504,6 +564,7 @@ pool: {processes: 0, batch: 200, large_nodes: 64}   # 0 processes: one per core,
 reconcile: {enabled: true, interval: 5m, grace: 2m, first_lookback: 1h}
 health: {max_queue_age: 15m, max_heartbeat_age: 5m, max_reconcile_age: 30m, max_failed: 0}
 server: {listen: "127.0.0.1:8080", url: "https://attr.example.org:8443", munge: true}
+metrics: {url: "http://prometheus.example.org:9090", node_label: Hostname, timeout: 10s}
 """
 
 __all__ = [
