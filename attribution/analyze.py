@@ -33,6 +33,7 @@ from attribution.model import (
     LogLine,
     OutputSilence,
     Owner,
+    Placement,
     Responsible,
     Severity,
     SourceRef,
@@ -49,6 +50,7 @@ from attribution.rules.correlate import build_identity, correlate
 from attribution.rules.diagnose import Candidate, Outcome, diagnose
 from attribution.rules.extract import EventCollector, Extractor, iter_with_following
 from attribution.timeutil import zone
+from attribution.topology import Topology, place
 
 ENGINE_VERSION = __version__
 # the "rule" of the events the engine makes from observations (ENGINE_EVENTS); bump the
@@ -83,6 +85,9 @@ class AnalysisOptions:
     # seconds around the job's start (and around other jobs' spans) within which node clocks
     # and Slurm's are not trusted to say which side an event is on (``ownership.assess``)
     start_grace: float = 30.0
+    # the cluster's failure domains (topology.conf, the site's group map): the verdict names
+    # the one its nodes share (``Verdict.placement``)
+    topology: Topology | None = None
 
 
 def job_window(job: JobRecord, options: AnalysisOptions) -> tuple[datetime | None, datetime | None]:
@@ -433,7 +438,28 @@ def _verdict(
             outcome, passed, _confidence(job, outcome, passed, coverage, ownership or {})
         ),
         ownership=dict(ownership or {}),
+        placement=_placement(options.topology, responsible, suspects, chain),
     )
+
+
+def _placement(
+    topology: Topology | None,
+    responsible: Sequence[Responsible],
+    suspects: Sequence[Responsible],
+    chain: Sequence[ChainEntry],
+) -> Placement | None:
+    """The failure domain of the verdict's nodes: the responsible ones, else the suspects, else
+    the nodes of the chain's root symptoms."""
+    if not topology:
+        return None
+    for basis, nodes in (
+        ("responsible", [r.node for r in responsible]),
+        ("suspects", [r.node for r in suspects]),
+        ("root", [n for c in chain if c.role is ChainRole.ROOT for n in c.nodes]),
+    ):
+        if nodes:
+            return place(topology, list(dict.fromkeys(nodes)), basis)
+    return None
 
 
 def _union(items: Iterable[Responsible]) -> tuple[Responsible, ...]:

@@ -11,6 +11,8 @@ Layout (docs/bundles.md)::
     <bundle>/expected.yaml                 optional, the hand-written answer
     <bundle>/history.yaml                  optional, earlier jobs' GPU errors (XID repeats)
     <bundle>/bundle.json                   optional, what wrote it and each stream's trust
+    <bundle>/topology.conf, groups.yaml    optional, the cluster's failure domains
+    <bundle>/metrics.json                  optional, GPU metrics (also nodes/<node>/metrics.json)
     <bundle>/nodes/<node>/*.journal        systemd journal files (or journalctl -o json: *.jsonl)
 
 Any file may be gzip or zstd compressed; rotated files (``kern.log.1.gz``) are
@@ -19,6 +21,7 @@ read oldest first.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import stat
@@ -32,6 +35,7 @@ from attribution._yaml import load_yaml_file
 from attribution.analyze import AnalysisOptions, analyze, read_window
 from attribution.backtest import Report, error_result, score_case
 from attribution.errors import AttributionError, BundleError, Location, RuleError
+from attribution.fleetfile import load_topology
 from attribution.history import PriorGpuError
 from attribution.historyfile import read_history_file
 from attribution.jobrecord import job_from_dict
@@ -43,6 +47,7 @@ from attribution.sources.metrics import is_metrics_file
 from attribution.sources.readahead import read_sources
 from attribution.sources.specs import SourceSpec
 from attribution.sources.streams import file_stem, job_stream_for, node_stream_for
+from attribution.topology import Topology
 
 # Streams every job node is expected to have; absent ones get a "missing" coverage entry.
 EXPECTED_NODE_STREAMS = (Stream.KERNEL, Stream.SYSLOG, Stream.FABRICMANAGER)
@@ -418,6 +423,28 @@ def load_bundle(path: Path | str) -> Bundle:
     )
 
 
+def bundle_topology(root: Path) -> Topology | None:
+    """The bundle's ``topology.conf`` and ``groups.yaml`` (docs/bundles.md), when it has them.
+
+    Raises:
+        BundleError: a file that cannot be read or parsed (its line named), or a link out of
+            the bundle.
+    """
+    conf, groups = root / "topology.conf", root / "groups.yaml"
+    if not conf.exists() and not groups.exists():
+        return None
+    try:
+        found = load_topology(
+            contained(root, conf) if conf.exists() else None,
+            contained(root, groups) if groups.exists() else None,
+        )
+    except BundleError:
+        raise
+    except AttributionError as exc:
+        raise BundleError(exc.message, exc.location) from None
+    return found or None
+
+
 def _metrics_spec(
     root: Path, paths: list[Path], node: str | None, trust: Trust | None
 ) -> SourceSpec:
@@ -455,6 +482,8 @@ def diagnose_bundle(
     bundle = load_bundle(path)
     job = bundle.job
     opts = options or AnalysisOptions()
+    if opts.topology is None:
+        opts = dataclasses.replace(opts, topology=bundle_topology(bundle.path))
     ctx = read_context(job, ruleset, window=read_window(job, opts), engine=engine)
     readers, lines = read_sources(bundle.specs, ctx, workers=workers)
     verdict = analyze(

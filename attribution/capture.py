@@ -166,6 +166,7 @@ def _capture(
     finally:
         out.close()
     report.files.update(out.counts)
+    _save_topology(config, stage, report)
     record = job_to_dict(job)
     _save_json(stage / "job.json", record, report)
     manifest = {
@@ -184,6 +185,18 @@ def _capture(
     }
     _save_json(stage / MANIFEST, manifest, report)
     return report
+
+
+def _save_topology(config: Config, stage: Path, report: CaptureReport) -> None:
+    """The site's failure domains (``fleet.topology``, ``fleet.groups``), so that the bundle's
+    verdict names the same switch or block the worker's did."""
+    for source, name in (
+        (config.fleet.topology, "topology.conf"),
+        (config.fleet.groups, "groups.yaml"),
+    ):
+        if source is not None and source.is_file():
+            shutil.copyfile(source, stage / name)
+            report.files[name] = _count_lines(stage / name)
 
 
 def _save_metrics(spec: SourceSpec, stage: Path, report: CaptureReport) -> None:
@@ -398,7 +411,17 @@ _EXTENSIONS = re.compile(
     r"log|out|err|txt|gz|zst|zstd|bz2|xz|json|jsonl|journal|yaml|yml|py|sh|csv|pid|lock", re.I
 )
 _TOP_LEVEL = frozenset(
-    {"job.json", MANIFEST, "expected.yaml", "history.yaml", "history.json", "README.md"}
+    {
+        "job.json",
+        MANIFEST,
+        "expected.yaml",
+        "history.yaml",
+        "history.json",
+        "README.md",
+        "topology.conf",
+        "groups.yaml",
+        "metrics.json",
+    }
 )
 _MAX_HOSTLIST = 4096  # names a host list in text may expand to and still be renamed one by one
 _BLOCK = 1 << 20

@@ -735,6 +735,22 @@ class Confidence:
 
 
 @dataclass(frozen=True, slots=True)
+class Placement:
+    """Where the nodes a verdict is about sit in the cluster: the smallest failure domain (a
+    leaf switch, a block, a rack, an NVLink domain; Slurm's topology.conf and the site's group
+    map) that holds all of them. ``nodes``: those nodes as a host list; ``basis``: which they
+    are (``responsible``, ``suspects`` or ``root``, the nodes of the chain's root symptoms);
+    ``size``: how many nodes the domain has."""
+
+    kind: str
+    name: str
+    label: str
+    nodes: str
+    basis: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """The diagnosis of one job run (the schema is documented in docs/verdict.md)."""
 
@@ -758,6 +774,7 @@ class Verdict:
     suspects: tuple[Responsible, ...] = ()
     confidence: Confidence | None = None
     ownership: Mapping[str, Any] = field(default_factory=dict)
+    placement: Placement | None = None  # the failure domain of the nodes it is about
 
 
 VERDICT_SCHEMA = "attribution.verdict/1"

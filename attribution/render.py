@@ -16,7 +16,7 @@ from rich.text import Text
 
 from attribution.backtest import CLASSES, Report
 from attribution.hostlist import compress
-from attribution.model import ChainRole, CoverageStatus, SubDomain, Verdict
+from attribution.model import ChainRole, CoverageStatus, Placement, SubDomain, Verdict
 
 DOMAIN_STYLE = {
     "hardware": "bold red",
@@ -135,6 +135,9 @@ def verdict_view(verdict: Verdict, *, verbose: bool = False) -> RenderableType:
         body.append(
             ", ".join(" ".join(x for x in (r.node, r.device) if x) for r in verdict.suspects)
         )
+    if verdict.placement:
+        body.append("\nWhere: ", style="bold")
+        body.append(placement_text(verdict.placement))
     if verdict.confidence:
         body.append("\nConfidence: ", style="bold")
         body.append(f"{verdict.confidence.level}: {verdict.confidence.reason}")
@@ -394,5 +397,16 @@ __all__ = [
     "chain_table",
     "coverage_view",
     "list_view",
+    "placement_text",
     "verdict_view",
 ]
+
+
+def placement_text(placement: Placement) -> str:
+    """``gpu[03-04] (responsible) share leaf switch s2 (16 nodes)``; one node: ``is under``."""
+    many = "," in placement.nodes or "[" in placement.nodes
+    verb = "share" if many else "is under"
+    return (
+        f"{placement.nodes} ({placement.basis}) {verb} {placement.label}"
+        f" ({placement.size} node{'s' if placement.size != 1 else ''})"
+    )

@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from attribution.errors import AttributionError, Location
-from attribution.hostlist import HostlistError, expand
+from attribution.hostlist import HostlistError, compress, expand
+from attribution.model import Placement
 
 MAX_TOPOLOGY_NODES = 1_000_000  # nodes one file may name in all (a typo like n[1-99999999])
 
@@ -241,3 +242,21 @@ def parse_groups(data: object, path: str = "groups.yaml") -> Topology:
                 )
             groups.append(Group(str(kind), str(name), frozenset(nodes)))
     return Topology.of(groups)
+
+
+def place(topology: Topology, nodes: Sequence[str], basis: str) -> Placement | None:
+    """The smallest failure domain holding all of ``nodes`` (for one node: the smallest that
+    holds it), or None when the topology knows none that says something."""
+    if not topology or not nodes:
+        return None
+    group = topology.smallest_common(nodes)
+    if group is None:
+        return None
+    return Placement(
+        kind=group.kind,
+        name=group.name,
+        label=group.label,
+        nodes=compress(nodes),
+        basis=basis,
+        size=len(group.nodes),
+    )

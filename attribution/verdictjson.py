@@ -21,6 +21,7 @@ from attribution.model import (
     CoverageNote,
     CoverageStatus,
     GpuError,
+    Placement,
     Responsible,
     Stream,
     SubDomain,
@@ -156,6 +157,20 @@ def verdict_from_dict(data: Mapping[str, Any]) -> Verdict:
         suspects=_responsible(data.get("suspects")),
         confidence=_confidence(data.get("confidence")),
         ownership=dict(data.get("ownership") or {}),
+        placement=_placement(data.get("placement")),
+    )
+
+
+def _placement(data: Any) -> Placement | None:
+    if not isinstance(data, Mapping) or not data.get("name"):
+        return None
+    return Placement(
+        kind=str(data.get("kind", "")),
+        name=str(data["name"]),
+        label=str(data.get("label", "")),
+        nodes=str(data.get("nodes", "")),
+        basis=str(data.get("basis", "")),
+        size=int(data.get("size", 0)),
     )
 
 

@@ -47,6 +47,7 @@ from attribution.analyze import AnalysisOptions, analyze, job_passed, job_window
 from attribution.collect import collect, ownership_facts
 from attribution.config import Config
 from attribution.errors import AttributionError, Location, SpoolError, StoreError
+from attribution.fleetfile import load_topology
 from attribution.history import DEFAULT_DAYS, PriorGpuError, priors_from_verdict_rows
 from attribution.model import JobRecord, Verdict
 from attribution.reconcile import SweepResult, reconcile
@@ -61,6 +62,7 @@ from attribution.slurm.resolve import with_allocation
 from attribution.sources.readahead import read_sources
 from attribution.spool import Claimed, Pending, RetryPolicy, Spool, read_spool_file
 from attribution.store import Store
+from attribution.topology import Topology
 from attribution.verdictjson import verdict_from_dict
 
 log = logging.getLogger("attribution.worker")
@@ -249,6 +251,7 @@ class Worker:
             margin_after=config.window.after,
             per_rule_ranks=config.reading.max_ranks,
             max_events=config.reading.max_events,
+            topology=_site_topology(config),
         )
         self._stop = threading.Event()
         self._signalled = False
@@ -901,6 +904,20 @@ class Worker:
             status, line = self.write_comment(verdict)
             self.store.set_admin_comment(job.key, status, line)
         return verdict, None
+
+
+def _site_topology(config: Config) -> Topology | None:
+    """The site's failure domains (``fleet.topology``, ``fleet.groups``) for verdicts to name;
+    a file that cannot be read is logged and left out, it never stops the worker."""
+    path = config.fleet.topology
+    try:
+        found = load_topology(
+            path if path is not None and path.exists() else None, config.fleet.groups
+        )
+    except AttributionError as exc:
+        log.warning("topology not used: %s", exc)
+        return None
+    return found or None
 
 
 def _known_comment(job: JobRecord) -> str | _Ask | None:
