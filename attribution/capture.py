@@ -201,7 +201,7 @@ def _save_topology(config: Config, stage: Path, report: CaptureReport) -> None:
 
 def _save_metrics(spec: SourceSpec, stage: Path, report: CaptureReport) -> None:
     """Prometheus's answers for the job (one per query) as the bundle's ``metrics.json``: one
-    answer as it came, several as a list (docs/bundles.md, "metrics.json")."""
+    answer in the shape it came, several as a list (docs/bundles.md, "metrics.json")."""
     bodies = [json.loads(path.read_bytes()) for path in spec.paths]
     with (stage / "metrics.json").open("w", encoding="utf-8") as handle:
         handle.write(dump_bodies(bodies).decode())

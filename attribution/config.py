@@ -287,6 +287,13 @@ class FleetSettings(_Strict):
     max_drain_share: float = Field(default=0.1, gt=0, le=1)
 
 
+def _http_url(value: str | None) -> str | None:
+    """An ``http://`` or ``https://`` address without its trailing ``/`` (a ``url`` field)."""
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise ValueError(f"{value!r}: url must start with http:// or https://")
+    return value.rstrip("/") if value else value
+
+
 class Server(_Strict):
     """``sattr serve`` (docs/server.md): where it listens, how callers prove who they are, and
     where ``sattr`` on a login node finds it.
@@ -337,12 +344,7 @@ class Server(_Strict):
             raise ValueError(f"{value!r}: listen must be ADDRESS:PORT (127.0.0.1:8080, [::1]:8080)")
         return value
 
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError(f"{value!r}: url must start with http:// or https://")
-        return value.rstrip("/") if value else value
+    _url = field_validator("url")(_http_url)
 
     @field_validator("proxy_header")
     @classmethod
@@ -392,12 +394,7 @@ class Metrics(_Strict):
     bearer_token_file: Path | None = None
     ca_file: Path | None = None
 
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError(f"{value!r}: url must start with http:// or https://")
-        return value.rstrip("/") if value else value
+    _url = field_validator("url")(_http_url)
 
     @field_validator("series")
     @classmethod

@@ -3,7 +3,7 @@ docs/metrics.md).
 
 One range query per group of ``nodes_per_query`` nodes, over the job's window (``window.before``
 before its start to ``window.after`` after its end), for the configured dcgm-exporter series of
-those nodes. Every answer is saved as it came, one file per query, for ``sources.metrics`` to read
+those nodes. Every answer is saved in the shape it came, one file per query, for ``sources.metrics`` to read
 (and ``sattr bundle`` to keep). Bounded: the step grows with the window (at most ``max_points``
 points per series), each answer must come whole within ``timeout`` seconds and ``max_bytes``
 bytes, and once ``max_series`` series are in, the remaining nodes are not asked. Nothing here

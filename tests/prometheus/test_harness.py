@@ -19,19 +19,8 @@ from tests.prometheus import dcgm, harness
 from tests.prometheus.conftest import PrometheusScenarios
 from tests.prometheus.harness import RunningPrometheus, query, query_range, values
 
-ERROR_METRICS = (
-    "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-    "DCGM_FI_DEV_ROW_REMAP_PENDING",
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
-    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-    "DCGM_FI_DEV_THERMAL_VIOLATION",
-    "DCGM_FI_DEV_POWER_VIOLATION",
-)
+# the series that carry errors: every default one but the four gauges of load and heat
+ERROR_METRICS = tuple(m for m in dcgm.DEFAULT_METRICS if m not in dcgm.DEFAULT_METRICS[:4])
 
 
 def t(when: datetime) -> float:
