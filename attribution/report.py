@@ -34,6 +34,7 @@ STREAM_WORDS = {
     "dcgm": "DCGM log",
     "slurmd": "slurmd log",
     "slurmctld": "slurmctld log",
+    "metrics": "GPU metrics",
     "job_stdout": "job stdout",
     "job_stderr": "job stderr",
 }
