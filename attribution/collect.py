@@ -425,7 +425,8 @@ def _metrics(col: Collection, job: JobRecord, config: Config) -> None:
         col.tmpdir = Path(tempfile.mkdtemp(prefix="attribution-job-"))
     dest = col.tmpdir / "metrics"
     dest.mkdir(exist_ok=True)
-    start = job.start - timedelta(seconds=config.window.before)
+    # from before the job: a counter's rise during it shows only against a value from before
+    start = job.start - timedelta(seconds=max(config.window.before, settings.baseline))
     end = job.end + timedelta(seconds=config.window.after)
     got = fetch_metrics(settings, job.nodes, start, end, dest)
     col.specs.append(

@@ -370,10 +370,12 @@ class Metrics(_Strict):
     port or a domain works too, both are removed; another label is copied to ``node`` in the
     saved answers, which the reader knows). ``selector``: more label matchers for every query
     (``cluster="a"``).
-    ``step``: seconds between points, else the job's window over ``max_points``, at least
-    ``min_step``. ``timeout``: seconds for one whole answer; ``max_bytes``: its size;
-    ``max_series``: series in all for one job (the rest of the nodes are not asked, and coverage
-    says so); ``nodes_per_query``: nodes named in one query. ``headers``: sent with each request
+    ``baseline``: how long before the job's start to ask from (at least ``window.before``), so
+    that every counter has a value from before the job to compare with. ``step``: seconds
+    between points, else the asked span over ``max_points``, at least ``min_step``.
+    ``timeout``: seconds for one whole answer; ``max_bytes``: its size; ``max_series``: series
+    in all for one job (the rest of the nodes are not asked, and coverage says so);
+    ``nodes_per_query``: nodes named in one query. ``headers``: sent with each request
     (``X-Scope-OrgID`` for Mimir); ``bearer_token_file``: a file whose content is sent as
     ``Authorization: Bearer``; ``ca_file``: the CA of the server's certificate (default: the
     system's CAs).
@@ -385,6 +387,7 @@ class Metrics(_Strict):
     selector: str = ""
     step: Duration | None = None
     min_step: Duration = Field(default=15.0, gt=0)
+    baseline: Duration = 600.0
     max_points: int = Field(default=720, ge=10, le=11000)
     timeout: Duration = Field(default=10.0, gt=0)
     max_bytes: ByteSize = ByteSize(32 * 1024 * 1024)

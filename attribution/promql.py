@@ -1,9 +1,10 @@
 """Ask a Prometheus-compatible server for a job's GPU metrics (``metrics:`` in the configuration;
 docs/metrics.md).
 
-One range query per group of ``nodes_per_query`` nodes, over the job's window (``window.before``
-before its start to ``window.after`` after its end), for the configured dcgm-exporter series of
-those nodes. Every answer is saved in the shape it came, one file per query, for ``sources.metrics`` to read
+One range query per group of ``nodes_per_query`` nodes, over the span the caller gives (the worker:
+``metrics.baseline`` before the job's start, so counters have a value from before it, to
+``window.after`` after its end), for the configured dcgm-exporter series of those nodes. Every
+answer is saved in the shape it came, one file per query, for ``sources.metrics`` to read
 (and ``sattr bundle`` to keep). Bounded: the step grows with the window (at most ``max_points``
 points per series), each answer must come whole within ``timeout`` seconds and ``max_bytes``
 bytes, and once ``max_series`` series are in, the remaining nodes are not asked. Nothing here
