@@ -216,6 +216,8 @@ class Manifest:
 
     trust: dict[Stream, Trust] = field(default_factory=dict)
     streams: frozenset[Stream] | None = None
+    # per stream, what the worker could not have (a Prometheus that did not answer)
+    notes: dict[Stream, list[CoverageNote]] = field(default_factory=dict)
 
 
 def read_manifest(path: Path) -> Manifest:
@@ -246,17 +248,51 @@ def read_manifest(path: Path) -> Manifest:
             ) from None
     if any(s in trust for s in (Stream.JOB_STDOUT, Stream.JOB_STDERR)):
         raise BundleError("trust: the job's own output is always untrusted", Location(str(path)))
+    notes = _manifest_notes(data.get("notes"), path)
     names = data.get("streams")
     if names is None:
-        return Manifest(trust)
+        return Manifest(trust, notes=notes)
     try:
         if not isinstance(names, list):
             raise ValueError(names)
-        return Manifest(trust, frozenset(Stream(str(n)) for n in names))
+        return Manifest(trust, frozenset(Stream(str(n)) for n in names), notes)
     except ValueError:
         raise BundleError(
             f"streams: {names!r} is not a list of stream names", Location(str(path))
         ) from None
+
+
+def _manifest_notes(data: object, path: Path) -> dict[Stream, list[CoverageNote]]:
+    """``notes`` of ``bundle.json``: ``{stream: [{code, args}]}``, what ``sattr bundle`` could
+    not have (docs/bundles.md). Only the metrics stream's are read.
+
+    Raises:
+        BundleError: not that shape.
+    """
+    if data is None:
+        return {}
+    where = Location(str(path))
+    if not isinstance(data, dict):
+        raise BundleError("notes: expected {stream: [{code, args}]}", where)
+    out: dict[Stream, list[CoverageNote]] = {}
+    for name, items in data.items():
+        if name != Stream.METRICS.value:
+            continue
+        if not isinstance(items, list) or len(items) > 1000:
+            raise BundleError(f"notes: {name}: expected a list of {{code, args}}", where)
+        found = []
+        for item in items:
+            code = item.get("code") if isinstance(item, dict) else None
+            args = item.get("args", {}) if isinstance(item, dict) else None
+            if not isinstance(code, str) or not isinstance(args, dict):
+                raise BundleError(f"notes: {name}: expected a list of {{code, args}}", where)
+            found.append(
+                CoverageNote(
+                    code[:64], {str(k)[:64]: str(v)[:1024] for k, v in list(args.items())[:16]}
+                )
+            )
+        out[Stream.METRICS] = found
+    return out
 
 
 def read_expected(path: Path) -> dict[str, Any] | None:
@@ -392,15 +428,29 @@ def load_bundle(path: Path | str) -> Bundle:
                 display=[_display(root, p) for p in ctld],
             )
         )
-    # the job's metrics, all nodes in one file
-    job_metrics = [p for p in (root / "metrics.json",) if p.is_file() and inside_bundle(root, p)]
-    job_metrics += [
-        p
-        for p in sorted(root.glob("metrics.json.*"))
-        if is_metrics_file(p.name) and p.is_file() and inside_bundle(root, p)
-    ]
-    if job_metrics:
-        specs.append(_metrics_spec(root, job_metrics, None, trust.get(Stream.METRICS)))
+    # the job's metrics, all nodes in one file; one that cannot be read is said, not skipped
+    job_metrics: list[Path] = []
+    refused: list[CoverageNote] = []
+    for candidate in sorted(root.glob("metrics.json*")):
+        if not is_metrics_file(candidate.name):
+            continue
+        shown = _display(root, candidate)
+        if candidate.is_symlink() and not inside_bundle(root, candidate):
+            refused.append(CoverageNote("link_out_of_bundle", {"file": shown}))
+        elif candidate.is_file():
+            job_metrics.append(candidate)
+        elif candidate.exists():
+            refused.append(CoverageNote("not_regular_file", {"file": shown}))
+        else:
+            refused.append(CoverageNote("unreadable", {"file": shown, "error": "a dangling link"}))
+    lacking = manifest.notes.get(Stream.METRICS, [])
+    if job_metrics or lacking or refused:
+        spec = _metrics_spec(root, job_metrics, None, trust.get(Stream.METRICS))
+        spec.notes = list(lacking)
+        if refused and not job_metrics:
+            spec.problem = refused[0]
+        spec.notes += refused[1:] if refused and not job_metrics else refused
+        specs.append(spec)
     expected: dict[str, Any] | None = None
     expected_error: str | None = None
     try:  # diagnosing does not need the answer: a broken expected.yaml is kept as a note

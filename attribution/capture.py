@@ -40,10 +40,12 @@ from attribution.bundle import contained, inside_bundle, read_job
 from attribution.collect import collect
 from attribution.config import Config
 from attribution.errors import AttributionError, BundleError, Location, SourceError
+from attribution.fleetfile import load_topology
 from attribution.hostlist import compress, expand, short_name
 from attribution.jobrecord import job_from_dict, job_to_dict
 from attribution.model import (
     JOB_STREAMS,
+    CoverageNote,
     EventRole,
     JobRecord,
     LogLine,
@@ -141,11 +143,16 @@ def _capture(
     report = CaptureReport(dest)
     out = _Writer(stage)
     read: set[str] = set()
+    kept_notes: list[CoverageNote] = []
     try:
         with collect(job, config) as col:
             journals: set[tuple[tuple[str, ...], str | None]] = set()
             for spec in col.specs:
                 read.add(spec.stream.value)
+                if spec.kind == "metrics":
+                    _save_metrics(spec, stage, report)
+                    kept_notes.extend(spec.notes)  # what the server did not give, for the replay
+                    continue
                 if not spec.paths:
                     continue
                 if spec.kind == "journal":
@@ -153,8 +160,6 @@ def _capture(
                     if key not in journals:
                         journals.add(key)
                         _export_journal(spec, job, lo, hi, out, report)
-                elif spec.kind == "metrics":
-                    _save_metrics(spec, stage, report)
                 elif spec.stream in JOB_STREAMS:
                     # the private copy collect() made, reading as the job's owner could
                     name = "stdout.log" if spec.stream is Stream.JOB_STDOUT else "stderr.log"
@@ -182,6 +187,8 @@ def _capture(
         "trust": dict(config.logs.trust.model_dump()),
         # the streams the worker reads at this site: the others are not "missing" here
         "streams": sorted(read),
+        # why the worker could not have some evidence (Prometheus down): the replay says so too
+        "notes": {"metrics": [{"code": n.code, "args": dict(n.args)} for n in kept_notes]},
     }
     _save_json(stage / MANIFEST, manifest, report)
     return report
@@ -194,14 +201,25 @@ def _save_topology(config: Config, stage: Path, report: CaptureReport) -> None:
         (config.fleet.topology, "topology.conf"),
         (config.fleet.groups, "groups.yaml"),
     ):
-        if source is not None and source.is_file():
-            shutil.copyfile(source, stage / name)
-            report.files[name] = _count_lines(stage / name)
+        if source is None or not source.is_file():
+            continue
+        try:  # the worker leaves out a file it cannot parse; so does the bundle
+            if name == "topology.conf":
+                load_topology(source, None)
+            else:
+                load_topology(None, source)
+        except AttributionError as exc:
+            report.notes.append(f"{name} not saved: {exc}")
+            continue
+        shutil.copyfile(source, stage / name)
+        report.files[name] = _count_lines(stage / name)
 
 
 def _save_metrics(spec: SourceSpec, stage: Path, report: CaptureReport) -> None:
     """Prometheus's answers for the job (one per query) as the bundle's ``metrics.json``: one
     answer in the shape it came, several as a list (docs/bundles.md, "metrics.json")."""
+    if not spec.paths:
+        return
     bodies = [json.loads(path.read_bytes()) for path in spec.paths]
     with (stage / "metrics.json").open("w", encoding="utf-8") as handle:
         handle.write(dump_bodies(bodies).decode())

@@ -83,6 +83,8 @@ class Client:
                 message = f"did not answer within {timeout:g} s"
             elif exc.kind == "too_large":
                 message = f"sent more than {MAX_BODY:,} bytes"
+            elif exc.kind == "refused":
+                message = f"sent {exc.message}"
             else:
                 message = f"did not answer: {exc.message}"
             raise ClientError(f"the server at {self.base} {message}") from None

@@ -399,6 +399,16 @@ class Metrics(_Strict):
 
     _url = field_validator("url")(_http_url)
 
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", name):
+                raise ValueError(f"{name!r}: a header name is letters, digits and '-'")
+            if not (text.isascii() and text.isprintable()) or len(text) > 4096:
+                raise ValueError(f"header {name}: the value must be printable ASCII")
+        return value
+
     @field_validator("series")
     @classmethod
     def _names(cls, value: list[str]) -> list[str]:

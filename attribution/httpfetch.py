@@ -23,7 +23,8 @@ from attribution.errors import AttributionError
 
 class FetchError(AttributionError):
     """No whole answer: ``kind`` is ``unreachable`` (no connection or a broken one),
-    ``timeout`` (not within the deadline) or ``too_large`` (more than the bound)."""
+    ``timeout`` (not within the deadline), ``too_large`` (more than the bound) or ``refused``
+    (an answer compressed although it was asked not to be)."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -70,6 +71,8 @@ def fetch(
             outcome.append(_read(method, url, headers, data, timeout, max_bytes, verify))
         except FetchError as exc:
             outcome.append(exc)
+        except Exception as exc:  # a header httpx cannot send, an odd URL: a note, never a trace
+            outcome.append(FetchError("unreachable", one_line(f"{type(exc).__name__}: {exc}")))
 
     worker = threading.Thread(target=run, name="attribution-fetch", daemon=True)
     worker.start()
@@ -91,18 +94,26 @@ def _read(
     verify: ssl.SSLContext | bool,
 ) -> Answer:
     deadline = time.monotonic() + timeout
+    # an answer as sent, never decompressed here: a small gzip (or gzip of gzip) could expand
+    # far past ``max_bytes`` inside httpx before the bound is checked
+    sent = {**headers, "Accept-Encoding": "identity"}
     try:
         with httpx.stream(
             method,
             url,
-            headers=dict(headers),
+            headers=sent,
             data=dict(data) if data is not None else None,
             timeout=timeout,
             follow_redirects=False,
             verify=verify,
         ) as response:
+            coding = response.headers.get("content-encoding", "identity").strip().lower()
+            if coding not in ("", "identity"):
+                raise FetchError(
+                    "refused", f"a {one_line(coding, 40)}-encoded answer, not asked for"
+                )
             body = bytearray()
-            for chunk in response.iter_bytes():
+            for chunk in response.iter_raw():
                 body += chunk
                 if len(body) > max_bytes:
                     raise FetchError("too_large", f"more than {max_bytes:,} bytes")
@@ -112,7 +123,13 @@ def _read(
     except httpx.TimeoutException:
         raise FetchError("timeout", f"no whole answer within {timeout:g} s") from None
     except httpx.HTTPError as exc:
-        raise FetchError("unreachable", str(exc) or type(exc).__name__) from None
+        raise FetchError("unreachable", one_line(str(exc)) or type(exc).__name__) from None
 
 
-__all__ = ["Answer", "FetchError", "fetch", "tls_context"]
+def one_line(text: str, limit: int = 300) -> str:
+    """Text from the other side as one printable line of at most ``limit`` characters."""
+    printable = "".join(c if c.isprintable() else " " for c in text[: limit * 2])
+    return " ".join(printable.split())[:limit]
+
+
+__all__ = ["Answer", "FetchError", "fetch", "one_line", "tls_context"]

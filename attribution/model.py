@@ -640,13 +640,17 @@ COVERAGE_NOTES: Mapping[str, str] = {
     " counted, but their rank and field detail was not kept",
     # GPU metrics (docs/metrics.md)
     "metrics_read": "{series} series, {samples} samples read",
-    "metrics_no_series": "no series for this node in the job's window",
+    "metrics_no_series": "no series for this node in the job's window (no exporter there, or its"
+    " node label is not metrics.node_label)",
     "metrics_bad_file": "{file}: {why}",
     "metrics_too_large": "{file}: larger than {limit} bytes, not read",
+    "metrics_bad_times": "{file}: {count} sample(s) left out, their time is no date (before 1970"
+    " or after 9999)",
     "metrics_series_cap": "{count} series beyond the limit of {limit} not read",
     "metrics_other_hosts": "{count} series of hosts outside the job left out",
     "metrics_no_node": "{count} series without a node label left out",
-    "metrics_folded": "{count} more change(s) of {series} not shown",
+    "metrics_folded": "{series} changed more often than the {limit} lines one series gives; the"
+    " rest are not shown",
     "prometheus_unreachable": "{url}: {error} (asked for {nodes})",
     "prometheus_timeout": "{url}: no whole answer within {seconds} s (metrics.timeout; asked for"
     " {nodes})",

@@ -295,10 +295,14 @@ def owner_of(event: Event, view: JobView) -> tuple[Owner, str | None]:
     if scope == "node":
         return Owner.NODE, None
     if scope == "gpu":
-        if any(event.fields.get(name) not in (None, "") for name in JOB_ID_FIELDS):
-            # the line names the job its GPU was given to (dcgm-exporter's hpc_job label)
+        allocated = view.gpu_owner(event.node, event.device, is_gpu=event.component == "gpu")
+        if allocated[0] is not Owner.FOREIGN and any(
+            event.fields.get(name) not in (None, "") for name in JOB_ID_FIELDS
+        ):
+            # the line names the job its GPU was given to (dcgm-exporter's hpc_job label); Slurm's
+            # own allocation, when it says the GPU is another's, wins over the label
             return _job_scoped(event, view.job)
-        return view.gpu_owner(event.node, event.device, is_gpu=event.component == "gpu")
+        return allocated
     if scope == "process":
         return _process_owner(event, view)
     if scope == "job":

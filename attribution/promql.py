@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import ssl
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from attribution.config import Metrics
 from attribution.hostlist import compress
-from attribution.httpfetch import FetchError, fetch, tls_context
+from attribution.httpfetch import FetchError, fetch, one_line, tls_context
 from attribution.model import NODE_LABELS, CoverageNote
 
 QUERY_PATH = "/api/v1/query_range"
@@ -70,22 +72,49 @@ def query_for(settings: Metrics, nodes: Sequence[str]) -> str:
     return "{" + ", ".join(matchers) + "}"
 
 
+MAX_TOKEN_BYTES = 64 << 10
+
+
 def _headers(settings: Metrics) -> dict[str, str]:
+    """The request's headers, the bearer token read from its file.
+
+    Raises:
+        OSError: the token file cannot be read, is not a regular file, is larger than 64 KiB
+            or is not ASCII text.
+    """
     headers = {"Accept": "application/json", **settings.headers}
     if settings.bearer_token_file is not None:
-        token = settings.bearer_token_file.read_text(encoding="utf-8").strip()
+        token = _read_token(settings.bearer_token_file)
         headers["Authorization"] = f"Bearer {token}"
     return headers
 
 
+def _read_token(path: Path) -> str:
+    """A bearer token file: opened without blocking (a FIFO must not hang the worker), a regular
+    file of printable ASCII."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        raw = os.read(fd, MAX_TOKEN_BYTES + 1)
+    finally:
+        os.close(fd)
+    token = raw.strip()
+    if len(raw) > MAX_TOKEN_BYTES or not token.isascii() or not token.decode().isprintable():
+        raise OSError(f"{path}: not a bearer token (printable ASCII, at most 64 KiB)")
+    return token.decode()
+
+
 def _error_of(body: bytes) -> str | None:
-    """A Prometheus error answer's ``errorType: error``, when the body is one."""
+    """A Prometheus error answer's ``errorType: error`` as one bounded line, when the body is
+    one."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
         return None
     if isinstance(data, dict) and data.get("status") == "error":
-        return f"{data.get('errorType', 'error')}: {str(data.get('error', ''))[:300]}"
+        kind = one_line(str(data.get("errorType", "error")), 60)
+        return f"{kind}: {one_line(str(data.get('error', '')), 240)}"
     return None
 
 
@@ -170,9 +199,11 @@ def _ask(
             limit = f"{settings.max_bytes:,}"
             why = f"an answer of more than {limit} bytes (metrics.max_bytes)"
             return CoverageNote("prometheus_error", {**where, "error": why})
+        if exc.kind == "refused":
+            return CoverageNote("prometheus_error", {**where, "error": exc.message})
         return CoverageNote("prometheus_unreachable", {**where, "error": exc.message})
     if answer.status != 200:
-        why = _error_of(answer.body) or answer.phrase
+        why = _error_of(answer.body) or one_line(answer.phrase, 80)
         return CoverageNote("prometheus_error", {**where, "error": f"HTTP {answer.status}: {why}"})
     try:
         data = json.loads(answer.body)

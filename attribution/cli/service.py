@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -148,13 +149,13 @@ def rediagnose(
                 kept += 1
                 click.echo(f"job {old.job.display_id}: {why}")
                 continue
-            before = (old.terminal_state, old.sub_domain, old.cause.id if old.cause else None)
-            after = (new.terminal_state, new.sub_domain, new.cause.id if new.cause else None)
+            before = (*_outcome(old), _blamed(old))
+            after = (*_outcome(new), _blamed(new))
             if before != after:
                 changed += 1
                 click.echo(
-                    f"job {old.job.display_id}: {'/'.join(str(x) for x in before)} -> "
-                    f"{'/'.join(str(x) for x in after)}"
+                    f"job {old.job.display_id}: {'/'.join(str(x) for x in before if x)} -> "
+                    f"{'/'.join(str(x) for x in after if x)}"
                 )
         click.echo(
             f"rediagnosed {len(records)} job(s); {changed} verdict(s) changed"
@@ -169,3 +170,15 @@ def rediagnose(
 
 
 __all__ = ["enqueue", "rediagnose", "worker"]
+
+
+def _outcome(verdict: Any) -> tuple[str, str, str | None]:
+    """terminal_state, sub_domain and cause of a verdict, as ``rediagnose`` compares them."""
+    cause = verdict.cause.id if verdict.cause else None
+    return (verdict.terminal_state.value, verdict.sub_domain.value, cause)
+
+
+def _blamed(verdict: Any) -> str:
+    """The responsible nodes and devices (``gpu02 0000:3b:00``): a verdict that names another
+    GPU has changed too."""
+    return ", ".join(" ".join(x for x in (r.node, r.device) if x) for r in verdict.responsible)

@@ -21,6 +21,7 @@ fetches the bodies).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from attribution.errors import SourceError
+from attribution.errors import Location, SourceError
 from attribution.hostlist import HostlistError, expand, short_name
 from attribution.model import (
     BUS_LABEL,
@@ -47,6 +48,7 @@ from attribution.model import (
     OutputSilence,
     SourceRef,
     Stream,
+    Trust,
 )
 from attribution.ownership import bus_key
 from attribution.sources.coverage import MAX_NOTES
@@ -59,6 +61,7 @@ MAX_SERIES = 200_000  # series read from one source (the connector asks for far 
 MAX_LINES_PER_SERIES = 64  # change lines one series may give; the rest are counted
 FOLD_GAP = 600.0  # rises of one counter less than this many seconds apart are one line
 MIN_GAP = 120.0  # a series that ends this long before its peers' end stopped reporting
+LAST_SECOND = 253402300800.0  # 10000-01-01: samples at or past it (or before 1970) are dropped
 IDENT = "dcgm-exporter"
 
 # NVML's nvmlClocksThrottleReasons bits that slow a GPU down against its will (idle, application
@@ -80,7 +83,8 @@ FAILURE_STATUS: Mapping[str, CoverageStatus] = {
 
 
 class MetricsError(SourceError):
-    """A metrics file that is not a Prometheus range query answer (one line, with the file)."""
+    """A metrics file that is not a Prometheus range query answer (one line; ``parse_bodies``
+    names the file as its location)."""
 
 
 @dataclass(slots=True)
@@ -124,22 +128,31 @@ def node_of(labels: Mapping[str, str], node_labels: Sequence[str] = NODE_LABELS)
     return None
 
 
-def _text(value: object, limit: int = 256) -> str | None:
-    return str(value)[:limit] if isinstance(value, str | int) and value != "" else None
+def _text(value: object, limit: int = 200) -> str | None:
+    """A value from the file for a message: one line of printable text, at most ``limit``."""
+    if not isinstance(value, str | int) or value == "":
+        return None
+    text = "".join(c if c.isprintable() else " " for c in str(value)[: limit * 2])
+    return " ".join(text.split())[:limit] or None
 
 
-def _samples(values: object) -> list[tuple[float, float]]:
+def _samples(values: object) -> tuple[list[tuple[float, float]], int]:
+    """A series' samples in time order, and how many had a time that is no date (before 1970
+    or from the year 10000 on); samples whose value is not a number are left out too."""
     if not isinstance(values, list):
         raise ValueError("'values' is not a list")
     out: list[tuple[float, float]] = []
+    undated = 0
     for pair in values:
         if not isinstance(pair, list) or len(pair) != 2:
             raise ValueError("a sample is not a [time, value] pair")
         when, value = float(pair[0]), float(str(pair[1]))
-        if math.isfinite(when) and math.isfinite(value):
+        if not 0 <= when < LAST_SECOND:  # a time a datetime cannot hold
+            undated += 1
+        elif math.isfinite(value):
             out.append((when, value))
     out.sort()
-    return out
+    return out, undated
 
 
 def parse_bodies(
@@ -155,37 +168,40 @@ def parse_bodies(
         MetricsError: not a range query answer, or an error the server answered.
     """
     bodies = data if isinstance(data, list) else [data]
+    where = Location(source)
     out: list[Series] = []
     notes: list[CoverageNote] = []
-    left = 0
+    left = undated = 0
     for body in bodies:
         if not isinstance(body, dict):
-            raise MetricsError(f"{source}: not a Prometheus answer (a JSON object)")
+            raise MetricsError("not a Prometheus answer (a JSON object)", where)
         if body.get("status") == "error":
             kind = _text(body.get("errorType")) or "error"
-            raise MetricsError(f"{source}: the server answered {kind}: {_text(body.get('error'))}")
+            raise MetricsError(f"the server answered {kind}: {_text(body.get('error'))}", where)
         result = body.get("data")
         if body.get("status") != "success" or not isinstance(result, dict):
-            raise MetricsError(f"{source}: not a Prometheus answer (no 'status': 'success' data)")
+            raise MetricsError("not a Prometheus answer (no 'status': 'success' data)", where)
         if result.get("resultType") != "matrix":
             raise MetricsError(
-                f"{source}: resultType {_text(result.get('resultType'))!r}, not 'matrix' (a range"
-                " query's answer)"
+                f"resultType {_text(result.get('resultType'))!r}, not 'matrix' (a range query's"
+                " answer)",
+                where,
             )
         series = result.get("result")
         if not isinstance(series, list):
-            raise MetricsError(f"{source}: 'result' is not a list")
+            raise MetricsError("'result' is not a list", where)
         for item in series:
             if len(out) >= max_series:
                 left += 1
                 continue
             if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
-                raise MetricsError(f"{source}: series {len(out) + 1}: no 'metric' labels")
+                raise MetricsError(f"series {len(out) + 1}: no 'metric' labels", where)
             labels = {str(k): str(v)[:256] for k, v in item["metric"].items()}
             try:
-                samples = _samples(item.get("values"))
+                samples, no_date = _samples(item.get("values"))
+                undated += no_date
             except (TypeError, ValueError, OverflowError) as exc:
-                raise MetricsError(f"{source}: series {len(out) + 1}: {exc}") from None
+                raise MetricsError(f"series {len(out) + 1}: {exc}", where) from None
             out.append(
                 Series(
                     name=labels.get("__name__", ""),
@@ -200,6 +216,8 @@ def parse_bodies(
             )
     if left:
         notes.append(CoverageNote("metrics_series_cap", {"count": left, "limit": max_series}))
+    if undated:
+        notes.append(CoverageNote("metrics_bad_times", {"file": source, "count": undated}))
     return out, notes
 
 
@@ -324,17 +342,21 @@ def _throttle(series: Series) -> Iterator[Change]:
         last = when
 
 
-def series_changes(series: Series) -> list[Change]:
-    """The changes of one series that carry evidence (none for series we do not interpret)."""
+def series_changes(series: Series, limit: int | None = None) -> list[Change]:
+    """The changes of one series that carry evidence (none for series we do not interpret),
+    the first ``limit`` of them at most (the rest are never made: a flapping series costs no
+    more than its lines)."""
     if not series.samples:
         return []
     if series.name in COUNTERS:
-        return list(_counter(series, COUNTERS[series.name]))
-    if series.name in LAST_VALUE:
-        return list(_last_value(series))
-    if series.name in REASONS:
-        return list(_throttle(series))
-    return []
+        found: Iterator[Change] = _counter(series, COUNTERS[series.name])
+    elif series.name in LAST_VALUE:
+        found = _last_value(series)
+    elif series.name in REASONS:
+        found = _throttle(series)
+    else:
+        return []
+    return list(itertools.islice(found, limit))
 
 
 @dataclass(slots=True)
@@ -440,6 +462,7 @@ class MetricsReader:
         self.errors: list[CoverageNote] = []
         self.silences: list[OutputSilence] = []
         self.notes: list[CoverageNote] = list(spec.notes)
+        self.node_notes: dict[str, list[CoverageNote]] = {}  # remarks about one node's series
         self.nodes: dict[str, _NodeSeen] = {}
         self.lines_per_node: dict[str, int] = {}
         self.bytes_read = 0
@@ -451,13 +474,16 @@ class MetricsReader:
         try:
             with open_log(path, nofollow=self.spec.nofollow) as handle:
                 data = handle.read(MAX_FILE_BYTES + 1)
+                if len(data) <= MAX_FILE_BYTES:
+                    handle.read(1)  # the end: a truncated or damaged stream says so here
         except SourceError as exc:
             self.unreadable.append(
                 CoverageNote("unreadable", {"file": shown, "error": exc.message})
             )
             return None
         except DECODE_ERRORS as exc:
-            self.errors.append(CoverageNote("metrics_bad_file", {"file": shown, "why": str(exc)}))
+            why = _text(str(exc)) or type(exc).__name__
+            self.errors.append(CoverageNote("metrics_bad_file", {"file": shown, "why": why}))
             return None
         if len(data) > MAX_FILE_BYTES:
             self.errors.append(
@@ -512,14 +538,12 @@ class MetricsReader:
         for one in series:
             assert one.node is not None
             self.nodes.setdefault(one.node, _NodeSeen()).add(one)
-            found = series_changes(one)
-            if len(found) > MAX_LINES_PER_SERIES:
-                self.notes.append(
-                    CoverageNote(
-                        "metrics_folded",
-                        {"count": len(found) - MAX_LINES_PER_SERIES, "series": one.name},
-                    )
+            found = series_changes(one, MAX_LINES_PER_SERIES + 1)
+            if len(found) > MAX_LINES_PER_SERIES:  # a flapping series: its first lines only
+                note = CoverageNote(
+                    "metrics_folded", {"series": one.name, "limit": MAX_LINES_PER_SERIES}
                 )
+                self.node_notes.setdefault(one.node, []).append(note)
                 found = found[:MAX_LINES_PER_SERIES]
             changes.extend((one.node, c) for c in found)
         span = self.ctx.job_span
@@ -531,6 +555,7 @@ class MetricsReader:
         low = window[0].timestamp() - self.ctx.tolerance if window and window[0] else -math.inf
         high = window[1].timestamp() + self.ctx.tolerance if window and window[1] else math.inf
         shown = self.spec.display[0] if self.spec.display else "metrics"
+        trusted = self.spec.trust_level is Trust.TRUSTED  # a bundle may say users can write it
         for node, change in changes:
             if not low <= change.at <= high:
                 self.outside += 1
@@ -548,6 +573,7 @@ class MetricsReader:
                 host=node,
                 device=change.series.device,
                 ident=IDENT,
+                trusted=trusted,
             )
 
     def _failures(self) -> dict[str, CoverageNote]:
@@ -581,7 +607,11 @@ class MetricsReader:
             failure = failures.get(node) if node is not None else None
             if failure is None and node is None and failures:
                 failure = next(iter(failures.values()))
-            notes = [*general, *([failure] if failure else [])]
+            notes = [
+                *general,
+                *(self.node_notes.get(node, []) if node is not None else []),
+                *([failure] if failure else []),
+            ]
             status = CoverageStatus.OK
             if seen is not None and seen.series:
                 notes.insert(

@@ -201,6 +201,12 @@ def test_prometheus_down(tmp_path: Path, ruleset: RuleSet) -> None:
     coverage = metrics_coverage(verdict)
     assert {s for s, _ in coverage.values()} == {"unreachable"}
     assert all(url in why and "asked for" in why for _, why in coverage.values())
+    # sattr bundle keeps what the server did not give: the replay's coverage says the same
+    config = config_for(tmp_path, url=url)
+    capture(job_for(scenario, tmp_path), config, tmp_path / "bundle")
+    assert not (tmp_path / "bundle" / "metrics.json").exists()
+    _, replayed = diagnose_bundle(tmp_path / "bundle", ruleset)
+    assert metrics_coverage(replayed) == coverage
 
 
 @pytest.mark.parametrize(
