@@ -421,8 +421,14 @@ def assess(
             "whether the job shared its nodes is not known (no 'exclusive' or 'other_jobs' in"
             " the job record): events of unknown processes are counted as the job's"
         )
-    no_gres = [n for n in job.nodes if view.gpu_index.get(n) is None]
-    no_map = [n for n in job.nodes if view.gpu_index.get(n) and view.gpu_bus.get(n) is None]
+    # a job that had its nodes to itself (--exclusive) had every GPU on them: which ones is moot
+    alone = job.exclusive is True
+    no_gres = [] if alone else [n for n in job.nodes if view.gpu_index.get(n) is None]
+    no_map = (
+        []
+        if alone
+        else [n for n in job.nodes if view.gpu_index.get(n) and view.gpu_bus.get(n) is None]
+    )
     if no_gres:
         result.checked = False
         result.notes.append(

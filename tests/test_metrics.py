@@ -403,3 +403,10 @@ def test_metrics_lines_are_trusted_node_evidence(tmp_path: Path, ruleset: RuleSe
         ("gpu-a01", "ok", "trusted"),
         ("gpu-a02", "ok", "trusted"),
     ]
+
+
+def test_an_exclusive_job_needs_no_gpu_list(tmp_path: Path, ruleset: RuleSet) -> None:
+    """A job that had its nodes to itself had every GPU on them: no 'GPUs not known' warning."""
+    _, verdict = diagnose_bundle(bundle(tmp_path, cluster()), ruleset)
+    assert verdict.ownership["checked"] is True
+    assert not any("gres_detail" in note for note in verdict.ownership.get("notes", []))
