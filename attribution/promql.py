@@ -31,6 +31,7 @@ from attribution.httpfetch import FetchError, fetch, one_line, tls_context
 from attribution.model import NODE_LABELS, CoverageNote
 
 QUERY_PATH = "/api/v1/query_range"
+GIVE_UP = frozenset({"prometheus_unreachable", "prometheus_timeout"})  # no more queries after
 
 
 @dataclass(slots=True)
@@ -165,6 +166,12 @@ def fetch_metrics(
         note = _ask(
             settings, url, headers, verify, form, group, dest / f"metrics-{index + 1:04d}.json", out
         )
+        if note is not None and note.code in GIVE_UP:
+            # a server that is down or too slow is not asked again for the other nodes: a large
+            # job must not wait its timeout once per group
+            rest = [n for g in groups[index:] for n in g]
+            out.problems.append(CoverageNote(note.code, {**note.args, "nodes": compress(rest)}))
+            break
         if note is not None:
             out.problems.append(note)
     return out

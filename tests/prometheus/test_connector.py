@@ -281,3 +281,19 @@ def failing_job_scenario() -> Scenario:
 
 def test_every_metrics_status_is_a_coverage_status() -> None:
     assert {"ok", "empty", "unreachable", "error", "missing"} <= {s.value for s in CoverageStatus}
+
+
+def test_a_server_that_does_not_answer_is_asked_once(tmp_path: Path) -> None:
+    """A large job must not wait the timeout once per group of nodes."""
+    requests: list[str] = []
+    nodes = [f"big-n{i:04d}" for i in range(1, 641)]  # ten groups of 64
+    with misbehaving_endpoint("slow", delay=5.0, requests=requests) as url:
+        settings = config_for(tmp_path, url=url, timeout=1).metrics
+        began = time.monotonic()
+        start = failing_job_scenario().start
+        got = fetch_metrics(settings, nodes, start, start + timedelta(hours=1), tmp_path)
+        took = time.monotonic() - began
+    assert len(requests) == 1 and took < 5
+    (note,) = got.problems
+    assert note.code == "prometheus_timeout"
+    assert note.args["nodes"] == "big-n[0001-0640]"
