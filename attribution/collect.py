@@ -434,7 +434,8 @@ def _metrics(col: Collection, job: JobRecord, config: Config) -> None:
             stream=Stream.METRICS,
             node=None,
             paths=got.files,
-            display=[f"{settings.url} (query {i + 1})" for i in range(len(got.files))],
+            # metrics-0003.json holds the third query's answer (a failed query saves none)
+            display=[f"{settings.url} (query {int(p.stem.rpartition('-')[2])})" for p in got.files],
             notes=got.problems,
             kind="metrics",
         )
