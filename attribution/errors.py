@@ -69,3 +69,10 @@ class RuleErrors(RuleError):
         first = errors[0] if errors else RuleError("no errors")
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         super().__init__(first.message + more, first.location)
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """Text from outside (a server's answer, a file's value) as one printable line of at most
+    ``limit`` characters, for a message or a coverage note."""
+    printable = "".join(c if c.isprintable() else " " for c in text[: limit * 2])
+    return " ".join(printable.split())[:limit]

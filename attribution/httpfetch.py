@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from attribution.errors import AttributionError
+from attribution.errors import AttributionError, one_line
 
 
 class FetchError(AttributionError):
@@ -126,10 +126,4 @@ def _read(
         raise FetchError("unreachable", one_line(str(exc)) or type(exc).__name__) from None
 
 
-def one_line(text: str, limit: int = 300) -> str:
-    """Text from the other side as one printable line of at most ``limit`` characters."""
-    printable = "".join(c if c.isprintable() else " " for c in text[: limit * 2])
-    return " ".join(printable.split())[:limit]
-
-
-__all__ = ["Answer", "FetchError", "fetch", "one_line", "tls_context"]
+__all__ = ["Answer", "FetchError", "fetch", "tls_context"]

@@ -26,8 +26,9 @@ from datetime import datetime
 from pathlib import Path
 
 from attribution.config import Metrics
+from attribution.errors import one_line
 from attribution.hostlist import compress
-from attribution.httpfetch import FetchError, fetch, one_line, tls_context
+from attribution.httpfetch import FetchError, fetch, tls_context
 from attribution.model import NODE_LABELS, CoverageNote
 
 QUERY_PATH = "/api/v1/query_range"

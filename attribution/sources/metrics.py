@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from attribution.errors import Location, SourceError
+from attribution.errors import Location, SourceError, one_line
 from attribution.hostlist import HostlistError, expand, short_name
 from attribution.model import (
     BUS_LABEL,
@@ -132,8 +132,7 @@ def _text(value: object, limit: int = 200) -> str | None:
     """A value from the file for a message: one line of printable text, at most ``limit``."""
     if not isinstance(value, str | int) or value == "":
         return None
-    text = "".join(c if c.isprintable() else " " for c in str(value)[: limit * 2])
-    return " ".join(text.split())[:limit] or None
+    return one_line(str(value), limit) or None
 
 
 def _samples(values: object) -> tuple[list[tuple[float, float]], int]:
