@@ -44,7 +44,10 @@ RESERVED_FIELDS = frozenset({"node", "time", "stream", "line", "rule", "event", 
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # defer_build: a model's validator is built when it first validates, not at import; a
+    # ruleset read from the cache (attribution/rules/cache.py) validates nothing. No model
+    # instance is made at import either (default_factory below, not a default instance).
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
 
 Scalar = str | bool | int | float
@@ -272,7 +275,7 @@ class ExtractorRule(Header):
     streams: list[str]
     match: Match
     emit: Emit
-    examples: LineExamples = LineExamples()
+    examples: LineExamples = Field(default_factory=LineExamples)
 
     normalise_streams = field_validator("streams", mode="before")(_as_list)
 
@@ -412,7 +415,7 @@ class When(Strict):
 class ScenarioEvent(BaseModel):
     """An event in a correlation/diagnosis example: ``at`` (e.g. ``+30s``), node, event, fields."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
     event: Annotated[str, Field(pattern=EVENT_PATTERN)]
     node: str | None = None
@@ -457,7 +460,7 @@ class Scenario(Strict):
     job: dict[str, Any] = {}
     events: list[ScenarioEvent]
     coverage: list[ScenarioCoverage] = []
-    expect: ScenarioExpect = ScenarioExpect()
+    expect: ScenarioExpect = Field(default_factory=ScenarioExpect)
     reason: str | None = None
 
 
@@ -502,7 +505,7 @@ class CorrelationBase(Header):
     kind: Literal["correlation"]
     finding: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
     summary: str | None = None
-    examples: ScenarioExamples = ScenarioExamples()
+    examples: ScenarioExamples = Field(default_factory=ScenarioExamples)
 
 
 class _FindingRequired(CorrelationBase):
@@ -589,7 +592,7 @@ CorrelationRule = (
 )
 # what the loader validates a correlation rule file with: ``op`` picks the class
 CORRELATION_ADAPTER: TypeAdapter[CorrelationRule] = TypeAdapter(
-    Annotated[CorrelationRule, Field(discriminator="op")]
+    Annotated[CorrelationRule, Field(discriminator="op")], config=ConfigDict(defer_build=True)
 )
 
 
@@ -616,7 +619,7 @@ class DiagnosisRule(Header):
     # a generic rule (e.g. "any other hardware XID"): dropped when a rule that is not a
     # fallback matched on the same evidence, instead of listing what the others cover
     fallback: StrictBool = False
-    examples: ScenarioExamples = ScenarioExamples()
+    examples: ScenarioExamples = Field(default_factory=ScenarioExamples)
 
     @field_validator("sub_domain")
     @classmethod
