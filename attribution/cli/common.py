@@ -15,13 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from rich.console import Console
 
 from attribution.errors import AttributionError, RuleErrors
 from attribution.timeutil import parse_when
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 PIPE_WIDTH = 120
@@ -33,6 +35,8 @@ def console(stderr: bool = False, *, markup: bool = True) -> Console:
     """The rich console for human views: piped into a file or less it is wide enough for a
     verdict table (``PIPE_WIDTH``), unless ``COLUMNS`` says otherwise. ``markup=False`` for
     views whose cells are text from files and verdicts (never read as rich markup)."""
+    from rich.console import Console  # not for --json: rich takes a while to import
+
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
     # emoji=False: a PCI bus id such as 0000:ab:00.0 holds ":ab:", an emoji code to rich
@@ -70,11 +74,12 @@ class DefaultGroup(click.Group):
 
 
 def load_rules(extra: Sequence[str], *, shipped: bool = True) -> Any:
-    """The shipped ruleset plus ``extra`` site directories; rule errors end the command."""
-    from attribution.rules.loader import load_ruleset
+    """The shipped ruleset plus ``extra`` site directories, through the user's cache of compiled
+    rulesets (``attribution.rules.cache``); rule errors end the command."""
+    from attribution.rules.cache import load_cached
 
     try:
-        return load_ruleset([Path(d) for d in extra], include_shipped=shipped)
+        return load_cached([Path(d) for d in extra], include_shipped=shipped)
     except RuleErrors as exc:
         for err in exc.errors:
             click.echo(f"sattr: rule error: {err}", err=True)

@@ -1,0 +1,272 @@
+"""A per-user cache of the compiled ruleset on disk, so that a ``sattr`` command does not parse
+and validate some 400 rule files (and compile their regexes) every time it starts.
+
+The cache file holds a pickled ``RuleSet`` behind a header with its key. The key is computed
+without reading a rule: the cache format, attribution's version, the Python and library
+versions the objects were made with, the size and times of the engine's own modules, and for
+each rules directory in order its path and every ``*.yaml`` file under it (relative path,
+size, inode, mtime and ctime). A change to any of them means a rebuild; a cache is never
+trusted across versions. What is loaded from a cache equals what the loader makes from the
+same files (same ``digest``, same verdicts; tests/test_rules_cache.py compares them).
+
+Unpickling runs code named in the file, so a cache file is used only when it is ours: a regular
+file owned by the effective user and writable by nobody else, in a directory with the same
+properties (``$XDG_CACHE_HOME/attribution``, else ``~/.cache/attribution``, created 0700).
+Files are written to a temporary name and renamed into place. Any problem reading or writing
+the cache (missing, foreign, truncated, corrupt, from another version, a disk error) falls back
+to loading the files, silently; ``ATTRIBUTION_RULES_CACHE=0`` turns the cache off and
+``ATTRIBUTION_RULES_CACHE=/some/dir`` moves it.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import pickle
+import stat
+import sys
+import time
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+from attribution import __version__
+from attribution.rules.compiled import RuleSet
+
+CACHE_FORMAT = 1  # bump when the file layout or what a RuleSet pickles to changes
+ENV = "ATTRIBUTION_RULES_CACHE"
+_OFF = frozenset({"0", "off", "no", "false", "never"})
+_MAGIC = b"attribution-rules-cache\n"
+_MAX_BYTES = 256 << 20  # far above a real cache (the shipped rules pickle to about 1.3 MB)
+# a rule file changed less than this before the key was computed may change again within the
+# same timestamp tick on a coarse file system (the "racy git" problem): then nothing is saved
+_RACY_NS = 3_000_000_000
+_PACKAGE = Path(__file__).resolve().parent.parent  # attribution/
+
+
+def cache_dir() -> Path | None:
+    """Where this user's cache files go, or None when the cache is off (``ENV``)."""
+    setting = os.environ.get(ENV, "").strip()
+    if setting.lower() in _OFF:
+        return None
+    if setting and setting.lower() not in ("1", "on", "yes", "true"):
+        return Path(setting)
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # the XDG spec: a relative value is ignored
+        try:
+            base = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):  # no home directory
+            return None
+    return Path(base) / "attribution"
+
+
+def _debug(message: str) -> None:
+    import logging
+
+    logging.getLogger(__name__).debug("rules cache: %s", message)
+
+
+# --------------------------------------------------------------------- the key
+
+
+def _files(top: str, suffix: str, recurse: bool) -> list[tuple[str, os.stat_result]]:
+    """``(path relative to top, stat)`` of the files named ``*suffix`` under ``top``, sorted.
+
+    Finds every file ``Path(top).rglob('*' + suffix)`` would (it does not enter a directory
+    through a symbolic link either; a link to a file is followed, as the loader reads it).
+    """
+    out: list[tuple[str, os.stat_result]] = []
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        with os.scandir(os.path.join(top, rel) if rel else top) as entries:
+            for entry in entries:
+                name = os.path.join(rel, entry.name) if rel else entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    if recurse:
+                        pending.append(name)
+                elif entry.name.endswith(suffix) and entry.is_file():
+                    out.append((name, entry.stat()))
+    out.sort(key=lambda item: item[0])
+    return out
+
+
+def _update(digest: hashlib._Hash, files: Iterable[tuple[str, os.stat_result]]) -> int:
+    """Add each file's name, size, inode and times to ``digest``; the newest ctime."""
+    newest = 0
+    for name, st in files:
+        newest = max(newest, st.st_ctime_ns, st.st_mtime_ns)
+        digest.update(
+            b"%s\0%d %d %d %d %d\n"
+            % (
+                os.fsencode(name),
+                st.st_size,
+                st.st_ino,
+                st.st_dev,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+            )
+        )
+    return newest
+
+
+def _engine() -> bytes:
+    """What the compiled objects depend on besides the rule files."""
+    import pydantic
+    import pydantic_core
+    import regex
+    import yaml
+
+    return (
+        f"format {CACHE_FORMAT}\0attribution {__version__}\0python {sys.version}"
+        f" {sys.implementation.cache_tag}\0pydantic {pydantic.VERSION}"
+        f" {pydantic_core.__version__}\0regex {regex.__version__}\0yaml {yaml.__version__}\0"
+    ).encode()
+
+
+def cache_key(dirs: Iterable[Path]) -> tuple[str, bool] | None:
+    """``(key, settled)`` of the ruleset the loader would make from ``dirs`` (in order), or
+    None when a directory cannot be listed (the loader then reports it). ``settled`` is False
+    when a file changed too recently for its times to tell a next change (``_RACY_NS``)."""
+    now = time.time_ns()
+    digest = hashlib.sha256(_engine())
+    try:
+        # the engine's own code: attribution/*.py and attribution/rules/*.py (a source checkout
+        # changes them without changing the version)
+        newest = _update(digest, _files(str(_PACKAGE), ".py", recurse=False))
+        newest = max(newest, _update(digest, _files(str(_PACKAGE / "rules"), ".py", False)))
+        for directory in dirs:
+            digest.update(b"\0dir\0" + os.fsencode(str(directory)) + b"\0")
+            newest = max(newest, _update(digest, _files(str(directory), ".yaml", recurse=True)))
+    except OSError:
+        return None
+    return digest.hexdigest(), now - newest >= _RACY_NS
+
+
+def _file_name(dirs: Iterable[Path]) -> str:
+    """One cache file per list of directories (a new key overwrites it)."""
+    name = hashlib.sha256(b"\0".join(os.fsencode(str(d)) for d in dirs)).hexdigest()
+    return f"rules-{name[:24]}.pickle"
+
+
+# --------------------------------------------------------------------- reading and writing
+
+
+class _Untrusted(Exception):
+    """A cache file or directory that is not only ours."""
+
+
+def _check(st: os.stat_result, what: str) -> None:
+    if st.st_uid != os.geteuid():
+        raise _Untrusted(f"{what} is owned by uid {st.st_uid}, not {os.geteuid()}")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise _Untrusted(f"{what} is writable by group or others ({stat.filemode(st.st_mode)})")
+
+
+def _open_dir(directory: Path) -> int:
+    """A descriptor of ``directory`` after checking that it is ours (not a link)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        _check(os.fstat(fd), str(directory))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _header(key: str, payload: bytes) -> bytes:
+    return _MAGIC + b"%s %d %08x\n" % (key.encode(), len(payload), zlib.crc32(payload))
+
+
+def _read(directory: Path, name: str, key: str) -> RuleSet | None:
+    dir_fd = _open_dir(directory)
+    try:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Untrusted(f"{name} is not a regular file")
+        _check(st, name)
+        if st.st_size > _MAX_BYTES:
+            raise ValueError(f"{name} is larger than {_MAX_BYTES} bytes")
+        data = handle.read(_MAX_BYTES + 1)
+    if not data.startswith(_MAGIC):
+        raise ValueError("not a rules cache file")
+    end = data.index(b"\n", len(_MAGIC))
+    found, size, crc = data[len(_MAGIC) : end].split(b" ")
+    if found.decode() != key:
+        _debug(f"{name}: made from other rules or another version; rebuilding")
+        return None
+    payload = memoryview(data)[end + 1 :]
+    if len(payload) != int(size) or zlib.crc32(payload) != int(crc, 16):
+        raise ValueError("truncated or damaged")
+    collecting = gc.isenabled()
+    gc.disable()  # a faster unpickle: these objects hold no cycles worth a collection now
+    try:
+        ruleset = pickle.loads(payload)  # ours only: owner and mode checked above
+    finally:
+        if collecting:
+            gc.enable()
+    if not isinstance(ruleset, RuleSet) or not ruleset.digest:
+        raise ValueError("does not hold a ruleset")
+    return ruleset
+
+
+def _write(directory: Path, name: str, key: str, ruleset: RuleSet) -> None:
+    import tempfile
+
+    payload = pickle.dumps(ruleset, protocol=pickle.HIGHEST_PROTOCOL)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.close(_open_dir(directory))  # refuse to write into a directory that is not only ours
+    fd, temp = tempfile.mkstemp(prefix=".rules-", suffix=".tmp", dir=directory)  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(_header(key, payload))
+            handle.write(payload)
+        os.replace(temp, directory / name)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def load_cached(
+    directories: Iterable[Path | str] | None = None, *, include_shipped: bool = True
+) -> RuleSet:
+    """``attribution.rules.loader.load_ruleset`` through this user's cache (same arguments,
+    same result, same errors).
+
+    Raises:
+        RuleErrors: from the loader, when the rules do not load (nothing is cached then).
+    """
+    from attribution.rules import loader  # looked up at call time (tests replace load_ruleset)
+
+    extra = [Path(d) for d in directories or ()]
+    directory = cache_dir()
+    dirs = [loader.shipped_rules_dir(), *extra] if include_shipped else extra
+    found = cache_key(dirs) if directory is not None else None
+    if directory is None or found is None:
+        return loader.load_ruleset(extra, include_shipped=include_shipped)
+    key, settled = found
+    name = _file_name(dirs)
+    try:
+        cached = _read(directory, name, key)
+    except FileNotFoundError:
+        cached = None
+    except Exception as exc:  # a cache problem is never the command's problem
+        _debug(f"{directory / name}: not used: {type(exc).__name__}: {exc}")
+        cached = None
+    if cached is not None:
+        return cached
+    ruleset = loader.load_ruleset(extra, include_shipped=include_shipped)
+    if not settled:
+        _debug("a rule file changed a moment ago; not saved")
+        return ruleset
+    try:
+        _write(directory, name, key, ruleset)
+    except Exception as exc:
+        _debug(f"{directory / name}: not saved: {type(exc).__name__}: {exc}")
+    return ruleset
