@@ -15,7 +15,6 @@ The reference is docs/cli.md.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -95,7 +94,6 @@ def diagnose(
     from attribution.analyze import AnalysisOptions
     from attribution.bundle import diagnose_bundle
     from attribution.model import verdict_to_dict
-    from attribution.render import verdict_view
 
     ruleset = load_rules(rule_dirs)
     options = (
@@ -112,6 +110,8 @@ def diagnose(
     if as_json:
         emit_json(verdict_to_dict(verdict))
     else:
+        from attribution.render import verdict_view
+
         console().print(verdict_view(verdict, verbose=verbose))
 
 
@@ -197,6 +197,8 @@ def _simulate_fleet(
                 f"{out}: already holds seed-{there[0]} (and {len(there) - 1} more): add --force"
                 " to write over them, or choose another OUTDIR"
             )
+        import shutil
+
         for s in there:
             shutil.rmtree(out / f"seed-{s}")
         for spec in specs:
@@ -428,6 +430,8 @@ def simulate(
                 f"{out}: already holds {len(there)} of these bundles ({there[0]}, ...): add"
                 " --force to write over them, or choose another OUTDIR"
             )
+        import shutil
+
         for name in there:
             shutil.rmtree(out / name)
         for scenario in scenarios:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
-from attribution.access import Caller
 from attribution.cli.common import (
     config_option,
     db_option,
@@ -56,12 +54,16 @@ def bundle_(
             fail(str(exc))
         _echo_redaction(report)
         return
+    from attribution.access import Caller
+
     config = load_config(config_path)
     if not Caller.current(config.admin_groups).admin:
         fail("sattr bundle reads every node log of the job's window: administrators only")
     record = _bundle_job(job, config, store_path(db, config))
     try:
         if redact:
+            import tempfile
+
             with tempfile.TemporaryDirectory(prefix="sattr-bundle-") as tmp:
                 captured = capture(record, config, Path(tmp) / "raw")
                 report = redact_bundle(captured.path, target, note=None)

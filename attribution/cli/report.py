@@ -13,7 +13,6 @@ from urllib.parse import quote
 
 import click
 
-from attribution.access import Caller, for_owner
 from attribution.cli.common import config_option, db_option, load_config
 from attribution.cli.show import _show_from_sacct, fetch
 
@@ -37,6 +36,7 @@ def report(job: str, config_path: str | None, db: str | None, url: str | None) -
     Who may see which job is decided as for 'sattr show'; lines about other jobs are hidden
     from everyone, administrators too, so that the text can be mailed to the job's owner.
     """
+    from attribution.access import Caller, for_owner
     from attribution.report import report_text
 
     config = load_config(config_path)

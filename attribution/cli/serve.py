@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import ipaddress
-import secrets
 import sys
 
 import click
@@ -13,6 +11,8 @@ from attribution.cli.common import config_option, db_option, load_config, load_r
 
 
 def _loopback(host: str) -> bool:
+    import ipaddress
+
     if host == "localhost":
         return True
     try:
@@ -43,6 +43,8 @@ def serve(config_path: str | None, db: str | None, listen: str | None, token: bo
     trusted reverse proxy; the token URL printed at start is for whoever started the
     server. See docs/server.md.
     """
+    import secrets
+
     import uvicorn
     from pydantic import ValidationError
 

@@ -6,11 +6,10 @@ What a caller may see is ``attribution.access``'s decision; the rows come from `
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from attribution.access import Caller
 from attribution.cli.common import (
     When,
     config_option,
@@ -25,9 +24,12 @@ from attribution.cli.common import (
     until_option,
 )
 from attribution.errors import AttributionError
-from attribution.lookup import Found, NotFound, lookup
 from attribution.model import SubDomain, TerminalState
-from attribution.store import Store, VerdictFilter
+
+if TYPE_CHECKING:  # the store (SQLite) is imported by the commands that read it
+    from attribution.access import Caller
+    from attribution.lookup import Found
+    from attribution.store import VerdictFilter
 
 
 def _show_from_sacct(job: str, caller: Caller, store_problem: str, as_json: bool) -> None:
@@ -89,6 +91,10 @@ def fetch(job: str, config: Any, db: str | None) -> tuple[Found | None, str | No
     from the server (``server.url``) with a MUNGE credential. Returns ``(found, None)``, or
     ``(None, why)`` when neither can be asked (the caller then falls back to sacct); a job
     that is not there or not theirs ends the command."""
+    from attribution.access import Caller
+    from attribution.lookup import NotFound, lookup
+    from attribution.store import Store
+
     caller = Caller.current(config.admin_groups)
     path = store_path(db, config)
     try:
@@ -110,6 +116,7 @@ def fetch(job: str, config: Any, db: str | None) -> tuple[Found | None, str | No
 def _fetch_remote(job: str, config: Any) -> Found:
     """``fetch`` through the server; an answer that is not a verdict ends the command."""
     from attribution.client import Client, ClientError
+    from attribution.lookup import Found
 
     try:
         data = Client(config.server).record(job)
@@ -175,6 +182,8 @@ def show(job: str, config_path: str | None, db: str | None, as_json: bool, verbo
     config = load_config(config_path)
     found, problem = fetch(job, config, db)
     if found is None:
+        from attribution.access import Caller
+
         _show_from_sacct(job, Caller.current(config.admin_groups), str(problem), as_json)
         return
     if as_json:
@@ -278,6 +287,9 @@ def list_(
     as_json: bool,
 ) -> None:
     """List stored verdicts, newest first."""
+    from attribution.access import Caller
+    from attribution.store import Store, VerdictFilter
+
     config = load_config(config_path)
     caller = Caller.current(config.admin_groups)
     selection = caller.restrict(

@@ -11,7 +11,6 @@ import sys
 
 import click
 
-from attribution.access import Caller
 from attribution.cli.common import config_option, emit_json, fail
 from attribution.errors import AttributionError
 
@@ -31,6 +30,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     configuration is bad or the caller may not read the spool or the store (root, or a
     member of admin_groups who may read them).
     """
+    from attribution.access import Caller
     from attribution.config import config_path as find_config
     from attribution.config import load_config
     from attribution.status import StatusUnreadable, collect, render_text
