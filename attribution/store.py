@@ -12,22 +12,37 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
-
-from sqlite_utils import Database, Migrations
+from typing import TYPE_CHECKING, Any, Literal
 
 from attribution.errors import Location, StoreError
-from attribution.fleet import LINK_EVENTS, Blame, Fleet, FleetJob, GpuMark
 from attribution.hostlist import HostlistError
 from attribution.model import JobRecord, Verdict, to_jsonable, verdict_to_dict
 from attribution.timeutil import parse_iso
 from attribution.topology import nodes_of
+
+if TYPE_CHECKING:  # the fleet view's types; its module is imported where they are made
+    from attribution.fleet import Fleet, FleetJob
+
+# sqlite-utils imports numpy and pandas, when installed, only to map their scalar types to
+# column types. The store makes its tables from Python types and writes no numpy value, and
+# numpy alone is a good part of a 'sattr JOBID': sqlite-utils is imported with both hidden
+# (unless something imported them already).
+_HIDDEN = [name for name in ("numpy", "pandas") if name not in sys.modules]
+for _name in _HIDDEN:
+    sys.modules[_name] = None  # type: ignore[assignment]  # "import numpy" fails at once
+try:
+    from sqlite_utils import Database, Migrations
+finally:
+    for _name in _HIDDEN:
+        if sys.modules.get(_name, 0) is None:
+            del sys.modules[_name]
 
 migrations = Migrations("attribution")
 
@@ -1049,6 +1064,8 @@ class Store:
         Raises:
             StoreError: when the database cannot be read.
         """
+        from attribution.fleet import LINK_EVENTS, Blame, FleetJob, GpuMark
+
         where, params = _fleet_window("v", since, until, partition)
         kept = _kept("v")
         failed = f"SELECT v.key FROM verdicts v WHERE {where} AND {kept}"
