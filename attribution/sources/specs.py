@@ -7,10 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from attribution.model import DEFAULT_TRUST, CoverageNote, Stream, Trust
 from attribution.sources.reader import DEFAULT_MAX_LINE
+
+# Picked lines of one file parsed in full before the lines only progress extractors read (a
+# training step, a progress bar) are sampled: after these, each block gives its last progress
+# line, which keeps the first progress, the last, and progress after any other line in the file.
+PROGRESS_LINES = 2_000
 
 
 @dataclass(slots=True)
@@ -50,6 +55,16 @@ class LineSelector(Protocol):
     def line_starts(self, data: bytes, limit: int | None = None) -> list[int]: ...
 
 
+@runtime_checkable
+class SamplingSelector(LineSelector, Protocol):
+    """A selector that can also stop after some lines and find a block's last hit
+    (``attribution.scan.LiteralScanner``), for streams whose progress lines are sampled."""
+
+    def first_line_starts(self, data: bytes, lines: int) -> tuple[list[int], int]: ...
+
+    def last_line_start(self, data: bytes, low: int = 0) -> int: ...
+
+
 class EveryLine:
     """A selector that keeps every line (for tools that want all of them)."""
 
@@ -77,6 +92,8 @@ class ReadContext:
     smaller than ``seek_threshold`` bytes are read whole). ``job_span``: the
     job's start and end (UTC); with it, the reader of each job output file notes
     when the file last said something (``lastoutput``, an ``OutputSilence``).
+    ``node_set``: ``job_nodes`` as a frozenset, made once here (a job of 16,000 nodes has
+    48,000 sources; each asking whether a host is the job's must not rebuild it).
     """
 
     tz: tzinfo = UTC
@@ -89,7 +106,21 @@ class ReadContext:
     # "not ordinary" lines); default: the selectors
     notable: Mapping[Stream, LineSelector] = field(default_factory=dict)
     follow: Mapping[Stream, int] = field(default_factory=dict)
+    # per stream with progress extractors: the literals only those read (``progress``), and
+    # how many picked lines of each file are parsed before progress lines are sampled
+    progress: Mapping[Stream, SamplingSelector] = field(default_factory=dict)
+    progress_lines: int = PROGRESS_LINES
     window: tuple[datetime | None, datetime | None] | None = None
     tolerance: float = 600.0
     seek_threshold: int = 1 << 20
     job_span: tuple[datetime, datetime] | None = None  # (start, end) UTC, for ``last output``
+    node_set: frozenset[str] = field(init=False, default=frozenset())
+
+    def __post_init__(self) -> None:
+        self.job_nodes = tuple(self.job_nodes)  # and so node_set (``__setattr__``)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # the node set follows job_nodes, whoever changes it
+        object.__setattr__(self, name, value)
+        if name == "job_nodes":
+            object.__setattr__(self, "node_set", frozenset(self.job_nodes))

@@ -193,7 +193,7 @@ class SourceReader:
     def _parse(self, raws: Iterator[RawLine], shown: str, clock: BootClock) -> Iterator[LogLine]:
         ctx = self.ctx
         node = self.spec.node
-        nodes = set(ctx.job_nodes)
+        nodes = ctx.node_set
         stream = self.spec.stream
         job_stream = stream in (Stream.JOB_STDOUT, Stream.JOB_STDERR)
         trusted = self.spec.trust_level is Trust.TRUSTED
