@@ -98,37 +98,53 @@ class _Listing:
     problem: CoverageNote | None = None
 
 
-def _entries(directory: Path, root: Path) -> tuple[list[Path], CoverageNote | None]:
-    """The visible entries of a bundle directory, sorted, or why it cannot be listed
-    (absent is not a problem: that source is just missing)."""
-    shown = _display(root, directory) + "/"
+def _entries(
+    directory: Path, root: Path, *, plain: bool = False
+) -> tuple[list[Path], CoverageNote | None]:
+    """The visible entries of a bundle directory, sorted by name, or why it cannot be listed
+    (absent is not a problem: that source is just missing).
+
+    ``plain``: the directory is a directory, not a link, listed in a directory inside the
+    bundle (that listing's entry said so), so it is inside too and is not resolved again (a
+    bundle of 16,000 nodes would resolve every path component of each)."""
     try:
-        if not directory.exists() and not directory.is_symlink():
-            return [], None
-        if not directory.is_dir() or not inside_bundle(root, directory):
-            return [], CoverageNote("outside_bundle", {"file": shown})
-        return sorted(p for p in directory.iterdir() if not p.name.startswith(".")), None
+        if not plain:
+            if not directory.exists() and not directory.is_symlink():
+                return [], None
+            if not directory.is_dir() or not inside_bundle(root, directory):
+                return [], CoverageNote("outside_bundle", {"file": _display(root, directory) + "/"})
+        found = [p for p in directory.iterdir() if not p.name.startswith(".")]
+    except FileNotFoundError:  # gone since its parent was listed
+        return [], None
     except OSError as exc:  # e.g. a parent directory we may not enter
+        shown = _display(root, directory) + "/"
         return [], CoverageNote("cannot_list", {"file": shown, "error": str(exc.strerror or exc)})
+    found.sort(key=lambda p: p.name)  # siblings: as Path order, without comparing parts
+    return found, None
 
 
-def _files(directory: Path, root: Path) -> _Listing:
+def _files(directory: Path, root: Path, *, plain: bool = False) -> _Listing:
     """The regular files of a bundle directory (oldest rotation first), and what was left
-    out: links that leave the bundle, FIFOs, sockets, subdirectories, hidden files."""
+    out: links that leave the bundle, FIFOs, sockets, subdirectories, hidden files
+    (``plain``: see ``_entries``)."""
     out = _Listing()
-    entries, out.problem = _entries(directory, root)
+    entries, out.problem = _entries(directory, root, plain=plain)
     for entry in entries:
-        name = _display(root, entry)
         try:
             if entry.is_symlink() and not inside_bundle(root, entry):
-                out.notes.append(CoverageNote("link_out_of_bundle", {"file": name}))
+                out.notes.append(
+                    CoverageNote("link_out_of_bundle", {"file": _display(root, entry)})
+                )
             elif entry.is_file():
                 out.files.append(entry)
             elif not entry.is_dir():
-                out.notes.append(CoverageNote("not_regular_file", {"file": name}))
+                out.notes.append(CoverageNote("not_regular_file", {"file": _display(root, entry)}))
         except OSError as exc:
             out.notes.append(
-                CoverageNote("unreadable", {"file": name, "error": str(exc.strerror or exc)})
+                CoverageNote(
+                    "unreadable",
+                    {"file": _display(root, entry), "error": str(exc.strerror or exc)},
+                )
             )
     out.files.sort(key=_rotation_key)
     return out
@@ -145,24 +161,32 @@ def contained(root: Path, path: Path) -> Path:
     return path
 
 
-def _nodes(nodes_dir: Path, root: Path) -> _Listing:
-    """The node directories of a bundle (``files`` holds the directories here)."""
+def _nodes(nodes_dir: Path, root: Path) -> tuple[_Listing, set[str]]:
+    """The node directories of a bundle (``files`` holds the directories here), and the names
+    of those that are plain directories, no links (``_entries``)."""
     out = _Listing()
+    plain: set[str] = set()
     entries, out.problem = _entries(nodes_dir, root)
     for entry in entries:
         if not _NODE_NAME.fullmatch(entry.name):
             out.notes.append(CoverageNote("not_host_name", {"file": _display(root, entry)}))
         elif entry.is_dir():
             out.files.append(entry)
-    return out
+            if not entry.is_symlink():
+                plain.add(entry.name)
+    return out, plain
 
 
 def _display(bundle: Path, path: Path) -> str:
     """A path as shown in coverage: relative to the bundle, undecodable bytes escaped."""
-    try:
-        text = str(path.relative_to(bundle))
-    except ValueError:
-        text = str(path)
+    text, base = str(path), str(bundle)
+    if base not in ("/", ".") and text.startswith(base) and text[len(base) : len(base) + 1] == "/":
+        text = text[len(base) + 1 :]  # what relative_to gives, without parsing both paths
+    else:
+        try:
+            text = str(path.relative_to(bundle))
+        except ValueError:
+            text = str(path)
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
@@ -353,7 +377,7 @@ def load_bundle(path: Path | str) -> Bundle:
 
     # node logs
     nodes_dir = root / "nodes"
-    node_listing = _nodes(nodes_dir, root)
+    node_listing, plain = _nodes(nodes_dir, root)
     notes.extend(n.text for n in node_listing.notes)
     seen_nodes = [p.name for p in node_listing.files]
     in_job = set(job.nodes)
@@ -361,7 +385,9 @@ def load_bundle(path: Path | str) -> Bundle:
     for node in all_nodes:
         grouped: dict[Stream, list[Path]] = {}
         if _NODE_NAME.fullmatch(node):
-            listing = _files(nodes_dir / node, root)
+            listing = _files(
+                nodes_dir / node, root, plain=node in plain and not node_listing.problem
+            )
         else:  # a job record's node name must never become a path ("../x", "/etc")
             listing = _Listing(problem=CoverageNote("bad_node_name", {"node": node}))
         if node_listing.problem and not listing.problem:
