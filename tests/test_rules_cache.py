@@ -100,6 +100,12 @@ def test_warm_cache_parses_no_yaml(
     assert [e.id for e in second.extractors] == [e.id for e in first.extractors]
     assert second.sources["site-b"].path == str(site / "sub" / "b.yaml")
     assert second.extractors[0].regex.search("boom now").group("what") == "now"
+    for rule_id, source in first.sources.items():  # line numbers survive (unpacked lazily)
+        for path in (["id"], ["match", "regex"], ["emit", "fields", "what"], ["nowhere"]):
+            assert second.sources[rule_id].lines.line_for(path) == source.lines.line_for(path)
+    # a ruleset read from the cache pickles again to the same thing
+    third = pickle.loads(cache._dumps(second))
+    assert third.sources["site-a"].lines.line_for(["match", "regex"]) == 11
 
 
 def test_off_writes_nothing(
@@ -368,6 +374,23 @@ def test_the_cli_gives_the_same_json_warm_and_cold(cache_dir: Path) -> None:
             assert result.exit_code == 0, result.output
             outputs.append(json.loads(result.stdout))
         assert outputs[0] == outputs[1], case
+    assert len(_files(cache_dir)) == 1
+
+
+def test_lint_reads_the_same_lines_from_the_cache(cache_dir: Path, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "diagnose").mkdir(parents=True)
+    (site / "diagnose" / "wrong-name.yaml").write_text(
+        "schema: 1\nid: not-the-file-name\nkind: diagnosis\nversion: 1\n"
+        "title: Uses an event nobody emits\ndescription: The event below is emitted by none.\n"
+        "priority: 10\nsub_domain: application\nwhen:\n  any:\n"
+        "    - {event: app.never_emitted}\nsummary: never\n"
+    )
+    runner = CliRunner()
+    runs = [runner.invoke(main, ["rules", "lint", str(site)]) for _ in range(2)]
+    assert runs[0].exit_code == runs[1].exit_code == 1
+    assert runs[0].output == runs[1].output
+    assert f"{site / 'diagnose' / 'wrong-name.yaml'}:2" in runs[0].output
     assert len(_files(cache_dir)) == 1
 
 
