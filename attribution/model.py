@@ -632,6 +632,8 @@ COVERAGE_NOTES: Mapping[str, str] = {
     "owner_unknown": "{file}: job owner unknown",
     "refused": "{file}: {why}",
     "tail_only": "only the last {bytes} bytes were read (job_output.max_bytes)",
+    "progress_sampled": "{file}: after its first {lines} picked lines, progress lines (steps,"
+    " bars) were sampled: each block's last one was parsed, the rest were not counted",
     # the analysis
     "ownership_unchecked": "ownership not checked: {why}",
     "slurm_fields_missing": "this Slurm's sacct has no {fields}: the job record was read"

@@ -19,6 +19,7 @@ keeps the result exact.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -63,6 +64,10 @@ def _trie_pattern(words: Iterable[bytes]) -> bytes:
         return b"(?:" + body + b")?" if None in node else body
 
     return emit(root)
+
+
+def _no_hits(data: bytes, stop: int | None = None) -> list[int]:
+    return []
 
 
 def available_engines() -> list[str]:
@@ -111,9 +116,9 @@ class LiteralScanner:
             set(literals), key=lambda lit: (-len(lit.text), lit.text, lit.caseless)
         )
         self.engine = choose_engine(engine)
-        self._find: Callable[[bytes], list[int]]
+        self._find: Callable[[bytes, int | None], list[int]]
         if not self.literals:
-            self._find = lambda data: []
+            self._find = _no_hits
         elif self.engine == "hyperscan":
             self._find = self._hyperscan()
         elif self.engine == "re2":
@@ -132,15 +137,27 @@ class LiteralScanner:
             parts.append(b"(?i:" + _trie_pattern(folded) + b")")
         return b"|".join(parts)
 
-    def _regex(self, module: Any) -> Callable[[bytes], list[int]]:
+    def _regex(self, module: Any) -> Callable[[bytes, int | None], list[int]]:
         compiled = module.compile(self._pattern())
 
-        def find(data: bytes) -> list[int]:
-            return [m.end() for m in compiled.finditer(data)]
+        def find(data: bytes, stop: int | None = None) -> list[int]:
+            if stop is None:
+                return [m.end() for m in compiled.finditer(data)]
+            ends: list[int] = []
+            line_end = -1
+            for m in compiled.finditer(data):
+                ends.append(m.end())
+                if m.end() > line_end:  # a hit on a new line
+                    stop -= 1
+                    nl = data.find(b"\n", m.end() - 1)
+                    line_end = len(data) if nl < 0 else nl
+                    if stop <= 0:
+                        break
+            return ends
 
         return find
 
-    def _hyperscan(self) -> Callable[[bytes], list[int]]:
+    def _hyperscan(self) -> Callable[[bytes, int | None], list[int]]:
         import hyperscan
 
         db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
@@ -154,23 +171,71 @@ class LiteralScanner:
 
         local = threading.local()  # hyperscan scratch space must not be shared between threads
 
-        def find(data: bytes) -> list[int]:
+        def find(data: bytes, stop: int | None = None) -> list[int]:
             ends: list[int] = []
             scratch = getattr(local, "scratch", None)
             if scratch is None:
                 scratch = local.scratch = hyperscan.Scratch(db)
+            if stop is None:
 
-            def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+                def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+                    ends.append(end)
+
+                db.scan(data, match_event_handler=on_match, scratch=scratch)
+                return ends
+            left = [stop, -1]  # lines still wanted, end of the last hit's line
+
+            def on_line(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> bool:
                 ends.append(end)
+                if end <= left[1]:
+                    return False
+                nl = data.find(b"\n", end - 1)
+                left[1] = len(data) if nl < 0 else nl
+                left[0] -= 1
+                return left[0] <= 0  # True ends the scan
 
-            db.scan(data, match_event_handler=on_match, scratch=scratch)
+            with contextlib.suppress(hyperscan.ScanTerminated):
+                db.scan(data, match_event_handler=on_line, scratch=scratch)
             return ends
 
         return find
 
     def line_starts(self, data: bytes, limit: int | None = None) -> list[int]:
         """Sorted, distinct start offsets of the lines of ``data`` (up to ``limit``) that hit."""
-        ends = self._find(data if limit is None else data[:limit])
+        return self._starts(data, self._find(data if limit is None else data[:limit], None))
+
+    def first_line_starts(self, data: bytes, lines: int) -> tuple[list[int], int]:
+        """The first ``lines`` lines of ``data`` that hit (as ``line_starts``), and the offset
+        up to which ``data`` was searched: ``len(data)`` when it holds no more than that, else
+        the end of the last line returned (the scan stops there)."""
+        if lines <= 0:
+            return [], 0
+        starts = self._starts(data, self._find(data, lines))
+        if len(starts) < lines:
+            return starts, len(data)
+        starts = starts[:lines]
+        nl = data.find(b"\n", starts[-1])
+        return starts, len(data) if nl < 0 else nl + 1
+
+    def last_line_start(self, data: bytes, low: int = 0) -> int:
+        """Start of the last line of ``data`` at or after offset ``low`` that hits, or -1.
+
+        Searches windows that grow backwards from the end, so a block dense with hits costs
+        one small search, not a callback per hit."""
+        end, width = len(data), 64 << 10
+        while end > low:
+            start = max(low, end - width)
+            if start > low:  # begin the window at a line start
+                start = data.rfind(b"\n", low, start) + 1 or low
+            ends = self._find(data[start:end], None)
+            if ends:
+                hit = start + max(ends)
+                return data.rfind(b"\n", 0, hit - 1) + 1
+            end, width = start, width * 4
+        return -1
+
+    @staticmethod
+    def _starts(data: bytes, ends: list[int]) -> list[int]:
         starts: set[int] = set()
         last_line = -1
         for end in sorted(ends):
@@ -184,20 +249,31 @@ class LiteralScanner:
 
     def hits_line(self, line: bytes) -> bool:
         """Whether a single line contains a literal (same answer as ``line_starts``)."""
-        return bool(self._find(line))
+        return bool(self._find(line, None))
 
 
-Plan = tuple[dict[Stream, LiteralScanner], dict[Stream, int], dict[Stream, LiteralScanner]]
+Plan = tuple[
+    dict[Stream, LiteralScanner],
+    dict[Stream, int],
+    dict[Stream, LiteralScanner],
+    dict[Stream, LiteralScanner],
+    dict[Stream, LiteralScanner],
+]
 
 
 def reading_plan(ruleset: RuleSet, engine: str | None = None) -> Plan:
     """Per stream, a scanner over its extractors' literals, how many lines to follow a hit,
-    and a scanner over the literals of extractors that read more than progress output.
+    a scanner over the literals of extractors that read more than progress output, (for
+    streams with progress extractors) one over the literals only progress extractors read, and
+    one over the literals of the multi-line extractors, whose hits alone take followers.
 
-    Returns ``(selectors, follow, notable)`` for ``attribution.sources.specs.ReadContext``.
+    Returns ``(selectors, follow, notable, progress, heads)`` for
+    ``attribution.sources.specs.ReadContext``.
     """
     selectors: dict[Stream, LiteralScanner] = {}
     notable: dict[Stream, LiteralScanner] = {}
+    progress: dict[Stream, LiteralScanner] = {}
+    heads: dict[Stream, LiteralScanner] = {}
     follow: dict[Stream, int] = {}
     for stream in Stream:
         chosen = [ex for ex in ruleset.extractors if stream in ex.streams]
@@ -208,19 +284,27 @@ def reading_plan(ruleset: RuleSet, engine: str | None = None) -> Plan:
         }
         selectors[stream] = LiteralScanner(literals, engine)
         if any(ex.rule.match.progress for ex in chosen):  # else the same literals: reuse it
-            notable[stream] = LiteralScanner(
-                {
-                    Literal(lit.encode("utf-8"), ex.rule.match.ignore_case)
-                    for ex in chosen
-                    if not ex.rule.match.progress
-                    for lit in ex.literals
-                },
-                engine,
-            )
+            others = {
+                Literal(lit.encode("utf-8"), ex.rule.match.ignore_case)
+                for ex in chosen
+                if not ex.rule.match.progress
+                for lit in ex.literals
+            }
+            notable[stream] = LiteralScanner(others, engine)
+            progress[stream] = LiteralScanner(literals - others, engine)
         else:
             notable[stream] = selectors[stream]
         follow[stream] = max((ex.rule.match.continuation for ex in chosen), default=0)
-    return selectors, follow, notable
+        heads[stream] = LiteralScanner(
+            {
+                Literal(lit.encode("utf-8"), ex.rule.match.ignore_case)
+                for ex in chosen
+                if ex.rule.match.continuation
+                for lit in ex.literals
+            },
+            engine,
+        )
+    return selectors, follow, notable, progress, heads
 
 
 _PLANS: dict[tuple[str, str], Plan] = {}
@@ -242,7 +326,7 @@ def read_context(
     key = (ruleset.digest, chosen)
     if key not in _PLANS:
         _PLANS[key] = reading_plan(ruleset, chosen)
-    selectors, follow, notable = _PLANS[key]
+    selectors, follow, notable, progress, heads = _PLANS[key]
     return ReadContext(
         tz=zone(job.timezone),
         reference=job.start or job.end,
@@ -250,7 +334,9 @@ def read_context(
         job_nodes=job.nodes,
         selectors=selectors,
         notable=notable,
+        progress=progress,
         follow=follow,
+        heads=heads,
         window=window,
         job_span=(job.start, job.end) if job.start and job.end and job.end > job.start else None,
     )

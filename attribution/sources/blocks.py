@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from attribution.model import CoverageNote, Stream
@@ -19,7 +19,7 @@ from attribution.sources.clock import PROBE
 from attribution.sources.coverage import Span
 from attribution.sources.lastoutput import Tail
 from attribution.sources.reader import DECODE_ERRORS, LogHandle, ReadStats
-from attribution.sources.specs import EveryLine, LineSelector, ReadContext
+from attribution.sources.specs import EveryLine, ReadContext, SamplingSelector
 from attribution.sources.window import (
     WINDOW_CHUNK,
     WINDOW_MAX,
@@ -31,6 +31,8 @@ from attribution.sources.window import (
 
 CHUNK = 8 << 20  # bytes read per block
 HEAD_LINES = 200  # lines at the start of a file always parsed (boot-time anchors)
+_VECTOR_COUNT = 1 << 20  # blocks at least this large count their newlines with numpy
+_NEWLINE = ord("\n")
 
 
 @dataclass(slots=True)
@@ -64,6 +66,12 @@ def read_blocks(
     """
     selector = ctx.selectors.get(stream) or EveryLine()
     follow = ctx.follow.get(stream, 0)
+    progress = ctx.progress.get(stream)
+    heads = ctx.heads.get(stream)
+    notable = ctx.notable.get(stream) or selector
+    full_left = ctx.progress_lines  # picked lines parsed before progress lines are sampled
+    sampled = 0  # blocks whose progress lines were sampled
+    sampled_note = CoverageNote("progress_sampled", {"file": shown, "lines": full_left})
     base = 0
     target = window_start(ctx) if windowed and isinstance(handle, io.FileIO) else None
     if target is not None:
@@ -125,19 +133,40 @@ def read_blocks(
             continue
         block, carry = buf[:cut], buf[cut:]
         stats.bytes += len(block)
-        picked, owed = pick_lines(block, selector, follow, owed, head_left)
+        lone = -1
+        if progress is None or not isinstance(selector, SamplingSelector):
+            starts = selector.line_starts(block)
+        else:
+            starts, upto = selector.first_line_starts(block, full_left)
+            full_left -= len(starts)
+            if upto < len(block):
+                # past the lines parsed in full: every other line, and the block's last
+                # progress line (so the first and last progress, and progress after any other
+                # line, are still seen)
+                starts += [s for s in notable.line_starts(block) if s >= upto]
+                last = progress.last_line_start(block, upto)
+                if last >= 0 and last not in starts:
+                    starts.append(last)
+                    lone = last  # no lines follow it: only multi-line extractors need them
+                starts = sorted(set(starts))
+                if not sampled:
+                    notes.append(sampled_note)
+                sampled += 1
+        led = None if heads is None else set(heads.line_starts(block)) if follow else set()
+        picked, owed = pick_lines(block, starts, follow, owed, head_left, lone, led)
         stats.truncated += sum(1 for _ in long_lines(block, max_line))
         stats.binary_lines += nul_lines(block)
+        newlines_in = newline_counter(block)
         counted, pos = 0, 0  # newlines before the current pick: one pass over the block
         for start, emit in picked:
-            counted += block.count(b"\n", pos, start)
+            counted += newlines_in(pos, start)
             pos = start
             end = block.find(b"\n", start)
             raw = block[start : end if end >= 0 else len(block)]
             yield RawLine(
                 lineno + counted + 1 if known else 0, offset + start, raw[:max_line], emit
             )
-        newlines = counted + block.count(b"\n", pos)
+        newlines = counted + newlines_in(pos, len(block))
         n_lines = newlines + (0 if block.endswith(b"\n") else 1)
         tail_start = block.rfind(b"\n", 0, len(block) - 1) + 1
         if not picked or picked[-1][0] != tail_start:
@@ -167,11 +196,18 @@ def read_blocks(
 
 
 def pick_lines(
-    block: bytes, selector: LineSelector, follow: int, owed: int, head_left: int
+    block: bytes,
+    starts: list[int],
+    follow: int,
+    owed: int,
+    head_left: int,
+    lone: int = -1,
+    led: set[int] | None = None,
 ) -> tuple[list[tuple[int, bool]], int]:
-    """Line starts to parse, each with whether to emit it; and followers owed onward."""
+    """Line starts to parse (``starts``, the selector's picks, and the lines around them),
+    each with whether to emit it; and followers owed onward. Only the picks in ``led`` (all,
+    when it is None) take followers, and never the pick at ``lone``."""
     chosen: dict[int, bool] = {}
-    starts = selector.line_starts(block)
     # lines owed from the previous block, and the file head (anchors only)
     pos, n = 0, 0
     while pos < len(block) and (n < owed or n < head_left):
@@ -186,6 +222,8 @@ def pick_lines(
     left = 0
     for start in starts:
         chosen[start] = True
+        if start == lone or (led is not None and start not in led):
+            continue
         pos, k = start, 0
         while k < follow:
             nl = block.find(b"\n", pos)
@@ -197,6 +235,18 @@ def pick_lines(
             k += 1
     owed_next = left if starts or owed <= 0 else max(left, owed - (block.count(b"\n")))
     return sorted(chosen.items()), max(0, owed_next)
+
+
+def newline_counter(block: bytes) -> Callable[[int, int], int]:
+    """A function that counts the newlines of ``block[lo:hi]``: numpy's vector compare for a
+    large block (several times ``bytes.count``, which is about half of a read's cost), the
+    plain method for a small one (numpy is imported only when a large block is read)."""
+    if len(block) < _VECTOR_COUNT:
+        return lambda lo, hi: block.count(b"\n", lo, hi)
+    import numpy
+
+    data = numpy.frombuffer(block, numpy.uint8)
+    return lambda lo, hi: int(numpy.count_nonzero(data[lo:hi] == _NEWLINE))
 
 
 def long_lines(block: bytes, max_line: int) -> Iterator[int]:

@@ -110,6 +110,9 @@ class ReadContext:
     # how many picked lines of each file are parsed before progress lines are sampled
     progress: Mapping[Stream, SamplingSelector] = field(default_factory=dict)
     progress_lines: int = PROGRESS_LINES
+    # per stream, the lines that take ``follow`` lines after them (the literals of multi-line
+    # extractors); a stream not here gives followers to every pick
+    heads: Mapping[Stream, LineSelector] = field(default_factory=dict)
     window: tuple[datetime | None, datetime | None] | None = None
     tolerance: float = 600.0
     seek_threshold: int = 1 << 20
