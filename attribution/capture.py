@@ -37,7 +37,7 @@ from typing import Any
 from attribution import __version__
 from attribution.analyze import AnalysisOptions, read_window
 from attribution.bundle import contained, inside_bundle, read_job
-from attribution.collect import collect
+from attribution.collect import collect, copy_tail
 from attribution.config import Config
 from attribution.errors import AttributionError, BundleError, Location, SourceError
 from attribution.fleetfile import load_topology
@@ -161,10 +161,15 @@ def _capture(
                         journals.add(key)
                         _export_journal(spec, job, lo, hi, out, report)
                 elif spec.stream in JOB_STREAMS:
-                    # the private copy collect() made, reading as the job's owner could
+                    # the descriptor collect() checked, reading as the job's owner could (its
+                    # tail, when the site caps job output)
                     name = "stdout.log" if spec.stream is Stream.JOB_STDOUT else "stderr.log"
                     (stage / "job").mkdir(exist_ok=True)
-                    shutil.copyfile(spec.paths[0], stage / "job" / name)
+                    fd = os.open(spec.paths[0], os.O_RDONLY | os.O_CLOEXEC)
+                    try:
+                        copy_tail(fd, spec.max_bytes, stage / "job" / name)
+                    finally:
+                        os.close(fd)
                     report.files[f"job/{name}"] = _count_lines(stage / "job" / name)
                 else:
                     _copy_window(spec, job, ctx, lo, hi, out)

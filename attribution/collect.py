@@ -8,10 +8,12 @@ of one job:
   whose mtime is older than the job's start minus ``logs.file_margin``;
 - the controller log (``logs.slurmctld``), read once;
 - the job's StdOut/StdErr. These paths are chosen by the job's owner, so they
-  are opened here with ``O_NOFOLLOW`` (no symbolic link), must be regular files
-  (no FIFO or device) owned by the job's user, must not be compressed, and only
-  their last ``job_output.max_bytes`` bytes are copied, from the checked file
-  descriptor, into a private temporary directory that the readers then use.
+  are opened here as the job's user could (``_open_as_seen_by``: no symbolic link
+  followed), must be regular files (no FIFO or device) owned by the job's user and
+  must not be compressed. The readers then read that checked descriptor (through
+  ``/proc/self/fd``), all of it as ``sattr diagnose`` reads a bundle, or only its last
+  ``job_output.max_bytes`` bytes when a site sets that cap. Where ``/proc`` is missing,
+  the same bytes are copied from the descriptor into a private temporary directory.
 
 Nothing here raises for a missing or refused source: it becomes a coverage
 entry with a reason (``Collection.adjust``).
@@ -19,6 +21,7 @@ entry with a reason (``Collection.adjust``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import glob
@@ -61,6 +64,7 @@ NODE_STREAM_KEYS: tuple[tuple[Stream, str], ...] = (
 # Streams every node should have; without a template they are reported as not configured.
 EXPECTED = (Stream.KERNEL, Stream.SYSLOG)
 _COPY_CHUNK = 1 << 20
+_PROC_FD = Path("/proc/self/fd")  # a checked descriptor, opened again by the readers
 
 
 @dataclass(slots=True)
@@ -75,6 +79,7 @@ class Collection:
         default_factory=dict
     )
     tmpdir: Path | None = None
+    fds: list[int] = field(default_factory=list)  # checked job output files, open for reading
 
     def note(
         self, stream: Stream, node: str | None, status: CoverageStatus, note: CoverageNote
@@ -95,6 +100,10 @@ class Collection:
         return coverage
 
     def close(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
         if self.tmpdir is not None:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
             self.tmpdir = None
@@ -264,14 +273,14 @@ def _open_as_seen_by(path: str, uid: int) -> int:
         os.close(fd)
 
 
-def copy_job_output(path: str, uid: int, max_bytes: int, dest: Path) -> int:
-    """Copy the last ``max_bytes`` of the job output file ``path`` to ``dest``.
+def open_job_output(path: str, uid: int) -> int:
+    """Open the job output file ``path`` for reading, as its user could, and check it.
 
     Read only what the job's user could read: the path's directories must be searchable and
     the file readable by ``uid`` (``_open_as_seen_by``; links on the way are resolved first,
     then every step is opened without following links, and a FIFO cannot block the open).
     Checked on the open descriptor: a regular file, owned by ``uid``, not gzip/zstd
-    compressed. Returns the number of bytes copied.
+    compressed. Returns the descriptor (the caller closes it).
 
     Raises:
         Refused: with the reason, for any check that fails or any OS error.
@@ -288,7 +297,40 @@ def copy_job_output(path: str, uid: int, max_bytes: int, dest: Path) -> int:
         head = os.pread(fd, 4, 0)
         if head.startswith(GZIP_MAGIC) or head.startswith(ZSTD_MAGIC):
             raise Refused("compressed job output is not read")
-        start = max(info.st_size - max_bytes, 0)
+        return fd
+    except OSError as exc:
+        os.close(fd)
+        raise Refused(f"cannot read: {exc.strerror}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def copy_job_output(path: str, uid: int, max_bytes: int | None, dest: Path) -> int:
+    """Copy the job output file ``path`` (its last ``max_bytes``, when given) to ``dest``,
+    from the descriptor ``open_job_output`` checked. Returns the number of bytes copied.
+
+    Raises:
+        Refused: with the reason, for any check that fails or any OS error.
+    """
+    fd = open_job_output(path, uid)
+    try:
+        return copy_tail(fd, max_bytes, dest)
+    finally:
+        os.close(fd)
+
+
+def copy_tail(fd: int, max_bytes: int | None, dest: Path) -> int:
+    """Copy the open file ``fd`` (its last ``max_bytes``, when given) to ``dest``.
+
+    Raises:
+        Refused: for an OS error.
+    """
+    try:
+        size = os.fstat(fd).st_size
+        if max_bytes is None:
+            max_bytes = size
+        start = max(size - max_bytes, 0)
         copied = 0
         with open(dest, "wb") as out:
             offset = start
@@ -302,8 +344,6 @@ def copy_job_output(path: str, uid: int, max_bytes: int, dest: Path) -> int:
         return copied
     except OSError as exc:
         raise Refused(f"cannot read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
 
 
 def _job_output(col: Collection, job: JobRecord, config: Config) -> None:
@@ -333,11 +373,27 @@ def _job_output(col: Collection, job: JobRecord, config: Config) -> None:
             note = CoverageNote("owner_unknown", {"file": path})
             col.note(stream, None, CoverageStatus.UNREADABLE, note)
             continue
-        if col.tmpdir is None:
-            col.tmpdir = Path(tempfile.mkdtemp(prefix="attribution-job-"))
-        dest = col.tmpdir / stream.value
+        limit = config.job_output.max_bytes
+        cap = None if limit is None else int(limit)
         try:
-            copied = copy_job_output(path, uid, int(config.job_output.max_bytes), dest)
+            fd = open_job_output(path, uid)
+            col.fds.append(fd)
+            size = os.fstat(fd).st_size
+            if _PROC_FD.is_dir():  # read the checked descriptor itself, in place
+                spec.paths = [_PROC_FD / str(fd)]
+            else:
+                if col.tmpdir is None:
+                    col.tmpdir = Path(tempfile.mkdtemp(prefix="attribution-job-"))
+                spec.paths = [col.tmpdir / stream.value]
+                copy_tail(fd, cap, spec.paths[0])
+        except OSError as exc:
+            col.note(
+                stream,
+                None,
+                CoverageStatus.UNREADABLE,
+                CoverageNote("refused", {"file": path, "why": f"cannot read: {exc.strerror}"}),
+            )
+            continue
         except Refused as exc:
             status = (
                 CoverageStatus.MISSING
@@ -346,16 +402,10 @@ def _job_output(col: Collection, job: JobRecord, config: Config) -> None:
             )
             col.note(stream, None, status, CoverageNote("refused", {"file": path, "why": str(exc)}))
             continue
-        spec.paths = [dest]
         spec.display = [path]
-        spec.max_bytes = int(config.job_output.max_bytes)
-        if copied >= int(config.job_output.max_bytes):
-            col.note(
-                stream,
-                None,
-                CoverageStatus.OK,
-                CoverageNote("tail_only", {"bytes": copied}),
-            )
+        spec.max_bytes = cap
+        if cap is not None and size > cap:
+            col.note(stream, None, CoverageStatus.OK, CoverageNote("tail_only", {"bytes": cap}))
 
 
 def collect(job: JobRecord, config: Config) -> Collection:

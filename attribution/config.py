@@ -138,10 +138,11 @@ class Gpus(_Strict):
 
 class JobOutput(_Strict):
     """Reading the job's StdOut/StdErr: only regular files owned by the job's user,
-    never through a symbolic link, at most ``max_bytes`` (the tail is kept)."""
+    never through a symbolic link; all of it, as ``sattr diagnose`` reads a bundle, or its
+    last ``max_bytes`` when set (a cap a site may want for time, not for memory)."""
 
     read: bool = True
-    max_bytes: ByteSize = ByteSize(64 * 1024 * 1024)
+    max_bytes: ByteSize | None = None
 
 
 class Window(_Strict):
@@ -565,7 +566,7 @@ logs:
   slurmctld: ["/var/log/slurm/slurmctld.log*"]
 window: {before: 5m, after: 5m}
 reading: {engine: auto, workers: 8, seek_threshold: 1MiB}
-job_output: {read: true, max_bytes: 64MiB}
+job_output: {read: true}
 admin_comment: {enabled: false, foreign: skip, max_length: 256}
 record_pass: false
 timezone: UTC              # zone of node log stamps that carry no offset

@@ -12,6 +12,9 @@ import pytest
 from attribution.collect import Refused, collect, copy_job_output
 from attribution.config import Config
 from attribution.model import CoverageNote, CoverageStatus, JobRecord, Stream
+from attribution.rules.compiled import RuleSet
+from attribution.rules.extract import Extractor
+from attribution.scan import read_context
 from attribution.sources.readahead import read_sources
 from attribution.sources.specs import ReadContext
 
@@ -152,14 +155,53 @@ def test_huge_output_keeps_the_tail(tmp_path: Path) -> None:
     cfg = config(tmp_path, job_output={"max_bytes": "64KiB"})
     with collect(j, cfg) as col:
         cov = read_all(col, j)
-        tmp = col.tmpdir
-        assert tmp is not None
-        assert (tmp / "job_stdout").stat().st_size == 64 * 1024
-    assert not tmp.exists()  # the private copy is gone
+        assert col.tmpdir is None  # read in place, from the checked descriptor
+        assert col.fds
+    assert not col.fds  # closed with the collection
     entry = cov[("job_stdout", None)]
+    assert entry.bytes <= 64 * 1024  # type: ignore[attr-defined]
     assert entry.files == (str(out),)  # type: ignore[attr-defined]
     assert CoverageNote("tail_only", {"bytes": 65536}) in entry.notes  # type: ignore[attr-defined]
     assert cov["_lines"][-1] == "ValueError: the end"
+
+
+CHATTER = (
+    "[2026-11-30 07:0{m}:00,118] [INFO] [rank0] step {i} | loss 2.3100 | lr 3.0e-04\n"
+    "node1:1000:2000 [0] NCCL INFO Channel 03/32 : 0 1 via P2P/IPC/read\n"
+)
+ROOT_ERROR = b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
+
+
+def _long_output(path: Path, size: int) -> None:
+    """``size`` bytes of training output with one root error in the middle."""
+    block = "".join(CHATTER.format(m=i % 10, i=i) for i in range(60_000)).encode()
+    with path.open("wb") as out:
+        for k in range(max(2, size // len(block))):
+            if k == max(2, size // len(block)) // 2:
+                out.write(ROOT_ERROR)
+            out.write(block)
+
+
+@pytest.mark.parametrize(
+    "size", [160 << 20, pytest.param(4 << 30, marks=pytest.mark.slow)], ids=["160MiB", "4GiB"]
+)
+def test_a_root_error_in_the_middle_of_long_output_is_found(
+    tmp_path: Path, ruleset: RuleSet, size: int
+) -> None:
+    """The worker reads a job's output as ``sattr diagnose`` reads a bundle: all of it, so an
+    error long before the end (a hang after it, or a flood of teardown output) is found."""
+    _long_output(tmp_path / "out.log", size)
+    j = job(tmp_path, nodes=("node1",), nodelist="node1", std_err=None)
+    with collect(j, config(tmp_path)) as col:
+        readers, lines = read_sources(col.specs, read_context(j, ruleset))
+        extractor = Extractor(ruleset)
+        found = [e for line in lines for e in extractor.extract(line)]
+        entry = next(c for r in readers for c in r.coverages() if c.stream is Stream.JOB_STDOUT)
+        assert col.tmpdir is None  # nothing was copied
+    assert "cuda.illegal_address" in {e.name for e in found}
+    assert entry.bytes == (tmp_path / "out.log").stat().st_size
+    assert entry.files == (str(tmp_path / "out.log"),)
+    assert "tail_only" not in {n.code for n in entry.notes}
 
 
 def test_copy_checks_the_descriptor(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ def test_example_is_valid() -> None:
     assert config.logs.journal == ["/var/log/journal/remote/remote-{node}*.journal"]
     assert config.logs.trust.syslog == "untrusted" and config.logs.trust.kernel == "trusted"
     assert config.settle_delay == 30
-    assert config.job_output.max_bytes == 64 * 1024 * 1024
+    assert config.job_output.max_bytes is None  # all of the job's output, as offline
 
 
 def test_units(tmp_path: Path) -> None:
