@@ -128,6 +128,38 @@ def test_default_directory_follows_xdg(tmp_path: Path, monkeypatch: pytest.Monke
     assert cache.cache_dir() == tmp_path / "home" / ".cache" / "attribution"
 
 
+def test_the_default_directory_is_made_and_used(
+    tmp_path: Path, site: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(cache.ENV, raising=False)
+    monkeypatch.setattr(cache, "_RACY_NS", 0)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    _load(site)
+    _load(site)
+    assert loads.calls == 1
+    assert (tmp_path / "xdg" / "attribution").stat().st_mode & 0o777 == 0o700
+    assert len(_files(tmp_path / "xdg" / "attribution")) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a home of another user needs root")
+def test_nothing_is_made_in_the_home_of_another_user(
+    tmp_path: Path, site: Path, loads: Loads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """root under sudo with the caller's HOME: a root-owned cache there would be refused to
+    its owner ever after."""
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, 4321, -1)
+    monkeypatch.delenv(cache.ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(cache, "_RACY_NS", 0)
+    _load(site)
+    _load(site)
+    assert loads.calls == 2
+    assert not (home / ".cache").exists()
+
+
 def test_a_changed_rule_file_rebuilds(cache_dir: Path, site: Path, loads: Loads) -> None:
     first = _load(site)
     rule = site / "sub" / "b.yaml"

@@ -41,6 +41,7 @@ from attribution.rules.compiled import RuleSet
 CACHE_FORMAT = 1  # bump when the file layout or what a RuleSet pickles to changes
 ENV = "ATTRIBUTION_RULES_CACHE"
 _OFF = frozenset({"0", "off", "no", "false", "never"})
+_ON = frozenset({"", "1", "on", "yes", "true"})
 _MAGIC = b"attribution-rules-cache\n"
 _MAX_BYTES = 256 << 20  # far above a real cache (the shipped rules pickle to about 1.3 MB)
 # a rule file changed less than this before the key was computed may change again within the
@@ -54,7 +55,7 @@ def cache_dir() -> Path | None:
     setting = os.environ.get(ENV, "").strip()
     if setting.lower() in _OFF:
         return None
-    if setting and setting.lower() not in ("1", "on", "yes", "true"):
+    if setting.lower() not in _ON:
         return Path(setting)
     base = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):  # the XDG spec: a relative value is ignored
@@ -200,9 +201,13 @@ class _Untrusted(Exception):
     """A cache file or directory that is not only ours."""
 
 
-def _check(st: os.stat_result, what: str) -> None:
+def _check_owner(st: os.stat_result, what: str) -> None:
     if st.st_uid != os.geteuid():
         raise _Untrusted(f"{what} is owned by uid {st.st_uid}, not {os.geteuid()}")
+
+
+def _check(st: os.stat_result, what: str) -> None:
+    _check_owner(st, what)
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise _Untrusted(f"{what} is writable by group or others ({stat.filemode(st.st_mode)})")
 
@@ -259,11 +264,25 @@ def _read(directory: Path, name: str, key: str) -> RuleSet | None:
     return ruleset
 
 
+def _make_dir(directory: Path) -> None:
+    """Create the cache directory (0700). In the default place, only under a directory of the
+    effective user: root under sudo with the caller's HOME makes nothing there, which its
+    owner could then not use."""
+    if directory.is_dir():
+        return
+    if os.environ.get(ENV, "").strip().lower() in _ON:  # the default place, not one chosen
+        ancestor = directory.parent
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        _check_owner(os.stat(ancestor), str(ancestor))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+
+
 def _write(directory: Path, name: str, key: str, ruleset: RuleSet) -> None:
     import tempfile
 
     payload = _dumps(ruleset)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    _make_dir(directory)
     os.close(_open_dir(directory))  # refuse to write into a directory that is not only ours
     fd, temp = tempfile.mkstemp(prefix=".rules-", suffix=".tmp", dir=directory)  # mode 0600
     try:
