@@ -16,7 +16,7 @@ from rich.text import Text
 
 from attribution.backtest import CLASSES, Report
 from attribution.hostlist import compress
-from attribution.model import ChainRole, CoverageStatus, Placement, SubDomain, Verdict
+from attribution.model import ChainRole, Coverage, CoverageStatus, Placement, SubDomain, Verdict
 
 DOMAIN_STYLE = {
     "hardware": "bold red",
@@ -69,27 +69,58 @@ def safe_text(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}  # a dataclass's field names (() for other types)
+_PLAIN = (type(None), bool, int, float, datetime, enum.Enum)  # kept as they are
+
+
 def _scrub(value: Any) -> Any:
-    """A copy of a verdict (dataclasses, lists, dicts) with every string made ``safe_text``."""
-    if isinstance(value, enum.Enum):
+    """A copy of a verdict (dataclasses, lists, dicts) with every string made ``safe_text``.
+
+    What has no control character is returned as it is, not copied: a verdict of a 16,000-node
+    job holds a million strings (node names, coverage), and copying each dataclass around them
+    cost seconds."""
+    if isinstance(value, _PLAIN):
         return value
     if isinstance(value, str):
         return safe_text(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: _scrub(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        return dataclasses.replace(value, **changes)
-    if isinstance(value, tuple):
-        return tuple(_scrub(v) for v in value)
-    if isinstance(value, list):
-        return [_scrub(v) for v in value]
-    if isinstance(value, dict):
-        return {_scrub(k): _scrub(v) for k, v in value.items()}
-    return value
+    if isinstance(value, tuple | list | dict):
+        try:  # strings only (node names): one scan for all of them
+            texts = "\n".join(value.values() if isinstance(value, dict) else value)
+            if isinstance(value, dict):
+                texts += "\n" + "\n".join(value)
+            if _CONTROL.search(texts) is None:
+                return value
+        except TypeError:
+            pass
+        if isinstance(value, dict):
+            pairs = [(k, v, _scrub(k), _scrub(v)) for k, v in value.items()]
+            if all(k is a and v is b for k, v, a, b in pairs):
+                return value
+            return {a: b for _, _, a, b in pairs}
+        items = [_scrub(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return tuple(items) if isinstance(value, tuple) else items
+    cls = type(value)
+    names = _FIELDS.get(cls)
+    if names is None:
+        dataclass = dataclasses.is_dataclass(value) and not isinstance(value, type)
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(value)) if dataclass else ()
+    if not names:
+        return value
+    changes = {}
+    for name in names:
+        old = getattr(value, name)
+        new = _scrub(old)
+        if new is not old:
+            changes[name] = new
+    return dataclasses.replace(value, **changes) if changes else value
 
 
 def verdict_view(verdict: Verdict, *, verbose: bool = False) -> RenderableType:
     """The human view: the verdict on top, the symptom chain below, then coverage."""
-    verdict = _scrub(verdict)
+    coverage = verdict.coverage  # one entry per source: made safe where shown, not copied
+    verdict = _scrub(dataclasses.replace(verdict, coverage=()))
     job = verdict.job
     head = Text()
     head.append(f"Job {job.display_id}", style="bold")
@@ -187,7 +218,7 @@ def verdict_view(verdict: Verdict, *, verbose: bool = False) -> RenderableType:
     notes = verdict.ownership.get("notes") if verdict.ownership else None
     if notes:
         parts.append(Text("Ownership not checked: " + "; ".join(map(str, notes)), style="dim"))
-    parts.append(coverage_view(verdict, verbose=verbose))
+    parts.append(_coverage_view(coverage, verbose=verbose))
     return Group(*parts)
 
 
@@ -224,21 +255,29 @@ def chain_table(verdict: Verdict, *, verbose: bool = False) -> Table:
 
 
 def coverage_view(verdict: Verdict, *, verbose: bool = False) -> RenderableType:
+    return _coverage_view(verdict.coverage, verbose=verbose)
+
+
+FOLD_COVERAGE = 1000  # coverage entries a verbose view lists one by one; above, nothing-read folds
+_NOTHING_READ = (CoverageStatus.MISSING, CoverageStatus.EMPTY)
+
+
+def _coverage_view(coverage: Sequence[Coverage], *, verbose: bool = False) -> RenderableType:
     counts: dict[str, int] = {}
-    for c in verdict.coverage:
+    for c in coverage:
         counts[c.status.value] = counts.get(c.status.value, 0) + 1
     summary = Text("Coverage: ", style="bold")
     summary.append(
         ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "nothing read"
     )
-    untimed = sum(c.untimed for c in verdict.coverage)
+    untimed = sum(c.untimed for c in coverage)
     if untimed:
         summary.append(f"; {untimed} signal(s) could not be placed in time", style="yellow")
     if not verbose:
-        problems = [c for c in verdict.coverage if c.status is not CoverageStatus.OK]
+        problems = [c for c in coverage if c.status is not CoverageStatus.OK]
         if problems:
             names = ", ".join(
-                f"{c.stream.value}{'@' + c.node if c.node else ''}" for c in problems[:6]
+                f"{c.stream.value}{'@' + safe_text(c.node) if c.node else ''}" for c in problems[:6]
             )
             more = f" and {len(problems) - 6} more" if len(problems) > 6 else ""
             summary.append(f" (not read: {names}{more}; --verbose for details)", style="dim")
@@ -246,18 +285,52 @@ def coverage_view(verdict: Verdict, *, verbose: bool = False) -> RenderableType:
     table = Table(box=None, pad_edge=False)
     for col in ("stream", "node", "status", "trust", "bytes", "lines", "untimed", "reason"):
         table.add_column(col, justify="right" if col in ("bytes", "lines", "untimed") else "left")
-    for c in verdict.coverage:
-        table.add_row(
-            c.stream.value,
-            c.node or "-",
-            c.status.value,
-            c.trust.value if c.trust else "-",
-            str(c.bytes),
-            str(c.lines),
-            str(c.untimed),
-            c.reason or "",
-        )
+    for row in _coverage_rows(coverage):
+        table.add_row(*row)
     return Group(summary, table)
+
+
+def _coverage_rows(coverage: Sequence[Coverage]) -> list[tuple[str, ...]]:
+    """The verbose coverage table's rows: one per entry; for more than ``FOLD_COVERAGE``
+    entries (a job of thousands of nodes), the node sources with nothing read that say the same
+    (stream, status, trust, reason) fold into one row naming their nodes as a host list."""
+    rows: list[tuple[str, ...]] = []
+    folded: dict[tuple[str, str, str, str], list[str]] = {}
+    fold = len(coverage) > FOLD_COVERAGE
+    for c in coverage:
+        trust = c.trust.value if c.trust else "-"
+        reason = safe_text(c.reason or "")
+        if fold and c.node and c.status in _NOTHING_READ and not (c.bytes or c.lines or c.untimed):
+            key = (c.stream.value, c.status.value, trust, reason)
+            if key not in folded:
+                folded[key] = []
+                rows.append(key)
+            folded[key].append(c.node)
+            continue
+        rows.append(
+            (
+                c.stream.value,
+                safe_text(c.node) if c.node else "-",
+                c.status.value,
+                trust,
+                str(c.bytes),
+                str(c.lines),
+                str(c.untimed),
+                reason,
+            )
+        )
+    out: list[tuple[str, ...]] = []
+    for row in rows:
+        if len(row) == 4:
+            stream, status, trust, reason = row
+            nodes = folded[(stream, status, trust, reason)]
+            shown = safe_text(compress(nodes)) if len(nodes) > 1 else safe_text(nodes[0])
+            if len(nodes) > 1:
+                reason = f"{len(nodes)} nodes: {reason}"
+            out.append((stream, shown, status, trust, "0", "0", "0", reason))
+        else:
+            out.append(row)
+    return out
 
 
 def backtest_view(report: Report) -> RenderableType:
