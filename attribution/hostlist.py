@@ -84,13 +84,46 @@ def _upper_bound(expr: str) -> int:
     return total
 
 
+# a name of letters (and . _ -) then one number: most clusters' node names, folded here in
+# runs before ClusterShell sees them (it parses each name on its own: 11 µs a name)
+_SIMPLE = re.compile(r"([A-Za-z._-]*[A-Za-z._-])([0-9]{1,9})")
+
+
+def _runs(names: list[str]) -> list[str]:
+    """``names`` with each run of consecutive numbers of one width under one prefix written
+    as ``prefix[lo-hi]``: the same set of names, for ClusterShell to fold and order."""
+    out: list[str] = []
+    numbers: dict[tuple[str, int], list[int]] = {}
+    for name in names:
+        m = _SIMPLE.fullmatch(name)
+        if m is None:
+            out.append(name)
+        else:
+            digits = m.group(2)
+            numbers.setdefault((m.group(1), len(digits)), []).append(int(digits))
+    for (prefix, width), values in numbers.items():
+        values.sort()
+        lo = prev = values[0]
+        for value in [*values[1:], None]:
+            if value is not None and value <= prev + 1:
+                prev = value
+                continue
+            if lo == prev:
+                out.append(f"{prefix}{lo:0{width}d}")
+            else:
+                out.append(f"{prefix}[{lo:0{width}d}-{prev:0{width}d}]")
+            if value is not None:
+                lo = prev = value
+    return out
+
+
 def compress(nodes: Iterable[str]) -> str:
     """Fold node names into a Slurm hostlist: ``("gpu001", "gpu002")`` -> ``"gpu[001-002]"``."""
     names = [n for n in nodes if n]
     if not names:
         return ""
     try:
-        return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
+        return str(NodeSet.fromlist(_runs(names), resolver=RESOLVER_NOGROUP))
     except (NodeSetParseError, RangeSetParseError, ValueError):
         # a name that is no host name (a fragment of a host list in a log line): list them
         return ",".join(dict.fromkeys(names))
