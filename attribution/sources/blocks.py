@@ -19,7 +19,7 @@ from attribution.sources.clock import PROBE
 from attribution.sources.coverage import Span
 from attribution.sources.lastoutput import Tail
 from attribution.sources.reader import DECODE_ERRORS, LogHandle, ReadStats
-from attribution.sources.specs import EveryLine, ReadContext, SamplingSelector
+from attribution.sources.specs import EveryLine, LineSelector, ReadContext, SamplingSelector
 from attribution.sources.window import (
     WINDOW_CHUNK,
     WINDOW_MAX,
@@ -152,7 +152,7 @@ def read_blocks(
                 if not sampled:
                     notes.append(sampled_note)
                 sampled += 1
-        led = None if heads is None else set(heads.line_starts(block)) if follow else set()
+        led = None if heads is None else _heads(block, starts, heads) if follow else set()
         picked, owed = pick_lines(block, starts, follow, owed, head_left, lone, led)
         stats.truncated += sum(1 for _ in long_lines(block, max_line))
         stats.binary_lines += nul_lines(block)
@@ -193,6 +193,17 @@ def read_blocks(
                     span.add(past.last)
                     return
                 stop = None
+
+
+def _heads(block: bytes, starts: list[int], heads: LineSelector) -> set[int]:
+    """The picks whose line holds a multi-line extractor's literal (each picked line is
+    searched alone: picks are few, and a second pass over the block costs more)."""
+    out = set()
+    for start in starts:
+        end = block.find(b"\n", start)
+        if heads.line_starts(block[start : end if end >= 0 else len(block)]):
+            out.add(start)
+    return out
 
 
 def pick_lines(
