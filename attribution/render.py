@@ -284,7 +284,11 @@ def _coverage_view(coverage: Sequence[Coverage], *, verbose: bool = False) -> Re
         return summary
     table = Table(box=None, pad_edge=False)
     for col in ("stream", "node", "status", "trust", "bytes", "lines", "untimed", "reason"):
-        table.add_column(col, justify="right" if col in ("bytes", "lines", "untimed") else "left")
+        table.add_column(
+            col,
+            justify="right" if col in ("bytes", "lines", "untimed") else "left",
+            overflow="fold" if col == "node" else "ellipsis",  # a folded row's host list, whole
+        )
     for row in _coverage_rows(coverage):
         table.add_row(*row)
     return Group(summary, table)
