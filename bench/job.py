@@ -242,6 +242,24 @@ def generate(root: Path, args: argparse.Namespace, count: int) -> dict[str, obje
     return meta
 
 
+def write_topology(root: Path, count: int) -> None:
+    """``topology.conf`` of a fat tree: leaf switches of 32 nodes, spines of 16 leaves, a core
+    (what ``sattr bundle`` copies from the site; the verdict says where its nodes are)."""
+    width = name_width(count)
+    lines, leaves = [], []
+    for first in range(1, count + 1, 32):
+        leaves.append(f"leaf{len(leaves):04d}")
+        last = min(count, first + 31)
+        lines.append(f"SwitchName={leaves[-1]} Nodes=node[{first:0{width}d}-{last:0{width}d}]")
+    spines = []
+    for first in range(0, len(leaves), 16):
+        spines.append(f"spine{len(spines):03d}")
+        last = min(len(leaves) - 1, first + 15)
+        lines.append(f"SwitchName={spines[-1]} Switches=leaf[{first:04d}-{last:04d}]")
+    lines.append(f"SwitchName=core Switches=spine[000-{len(spines) - 1:03d}]")
+    (root / "topology.conf").write_text("\n".join(lines) + "\n")
+
+
 def bundle_dir(args: argparse.Namespace, count: int) -> Path:
     return Path(args.dir) / (
         f"n{count}-g{args.gpus_per_node}-j{args.job_output_mb}-l{args.node_log_kb}k"
@@ -256,6 +274,8 @@ def ensure(args: argparse.Namespace, count: int) -> Path:
         t = time.perf_counter()
         generate(root, args, count)
         print(f"  written in {time.perf_counter() - t:.0f} s", flush=True)
+    if not (root / "topology.conf").exists():
+        write_topology(root, count)
     return root
 
 
@@ -347,6 +367,7 @@ def run(root: Path) -> None:
                 "sub_domain": verdict.sub_domain.value,
                 "nodes": [r.node for r in verdict.responsible],
                 "cause": verdict.cause.id if verdict.cause else None,
+                "where": verdict.placement.label if verdict.placement else None,
             }
         )
     )
@@ -411,7 +432,7 @@ def single(args: argparse.Namespace, count: int) -> None:
     print(f"peak RSS             {m['rss_mb']:.0f} MiB")
     print(
         f"verdict              {m['sub_domain']} {m['cause']} {m['nodes']} "
-        f"({'correct' if correct(m, root) else 'WRONG'})"
+        f"({'correct' if correct(m, root) else 'WRONG'}), under {m['where']}"
     )
     if args.delete:
         shutil.rmtree(root)
