@@ -8,14 +8,16 @@ Usage:
   uv run python bench/job.py --preset 100k-gpu [--delete]
                                                   # 12,500 nodes x 8 GPUs, 10 GiB output
 Options: [--job-output-mb N] [--node-log-kb N] [--job-hours H] [--gpus-per-node G]
-         [--repeat R] [--dir /tmp/attribution-bench/job]
+         [--repeat R] [--delete] [--dir /tmp/attribution-bench/job]
 
 Each bundle is written once under ``--dir`` and kept between runs (``--delete`` removes it
-after the run). It has ``job/stdout.log`` of the given size (training progress, NCCL INFO
-from every node, and at the end the NCCL errors that follow a lost GPU), and for every node
-a ``kern.log`` spanning 30 days (syslog format) with the job's hours in the middle; one node
-logs an XID 79 in the middle of the job. Then, in a fresh process, it diagnoses the bundle
-the way ``sattr diagnose`` does.
+after the run). It has ``job/stdout.log`` of the given size: with GPUs, first every rank's
+NCCL "Init COMPLETE"; then steady-state chatter from every node and rank (NCCL INFO, data
+loading) written from a few template blocks with a block counter, rank 0's training step about
+once a second of the job; at the end the NCCL errors that follow a lost GPU. For every node a
+``kern.log`` spanning 30 days (syslog format) with the job's hours in the middle; one node
+logs an XID 79 in the middle of the job; a fat-tree ``topology.conf``. Then, in a fresh
+process, it diagnoses the bundle the way ``sattr diagnose`` does.
 
 One node count prints: wall time, CPU time, a timeline (bundle listed, job output read,
 node logs read, verdict), bytes read (``/proc/self/io`` ``rchar``) against bytes on disk, the
@@ -402,7 +404,8 @@ def single(args: argparse.Namespace, count: int) -> None:
     meta = json.loads((root / "bench-meta.json").read_text())
     node_disk, node_used = disk(root / "nodes")
     job_disk, job_used = disk(root / "job")
-    m = measure(root, warm=True)
+    runs = [measure(root, warm=True) for _ in range(args.repeat)]
+    m = min(runs, key=lambda r: float(r["wall"]))
     gb = 1e9
     print(
         f"job: {count:,} nodes x {args.gpus_per_node} GPUs, {args.job_hours:g} h; evidence on disk "
@@ -410,7 +413,11 @@ def single(args: argparse.Namespace, count: int) -> None:
         f"(node logs {node_disk / gb:.2f} GB over {DAYS} days, {node_disk / count / 1e6:.2f} MB "
         f"a node; job output {job_disk / gb:.2f} GB)"
     )
-    print(f"wall time            {m['wall']:.1f} s (CPU {m['cpu']:.1f} s)")
+    walls = ", ".join(f"{float(r['wall']):.1f}" for r in runs)
+    print(
+        f"wall time            {m['wall']:.1f} s (CPU {m['cpu']:.1f} s)"
+        + (f"; best of {len(runs)} runs: {walls} s" if len(runs) > 1 else "")
+    )
     marks = m["marks"]
     spent = m["spent"]
     print(
@@ -500,7 +507,7 @@ def main() -> None:
     ap.add_argument("--node-log-kb", type=int)
     ap.add_argument("--job-hours", type=float)
     ap.add_argument("--gpus-per-node", type=int, help="writes gres_detail and exclusive")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per node count of a sweep")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per bundle (the best is shown)")
     ap.add_argument("--delete", action="store_true", help="remove the bundle after the run")
     ap.add_argument("--dir", default="/tmp/attribution-bench/job")
     ap.add_argument("--run", help=argparse.SUPPRESS)
