@@ -259,3 +259,22 @@ def test_capture_of_a_sparse_job_output_is_bounded(
     with contextlib.suppress(Exception):  # refusing the file is a fine answer too
         capture(job, config, tmp_path / "bundle")
     assert not over, "copied more than 256 MiB of a file with a few KiB on disk"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="(not from issue 17: no sampling involved) progress-before-restart also demotes the"
+    " progress a later run printed after its own start-up, so a job that restarted, trained and"
+    " ran out of time is blamed on a hang in its first collective",
+)
+def test_progress_after_the_last_start_up_still_counts(tmp_path: Path, ruleset: RuleSet) -> None:
+    lines = [
+        *[f"step {i}/100 loss {2 + i / 100:.2f}" for i in range(50)],
+        "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2",
+        INIT_COMPLETE,
+        "step 10/100 loss 1.75",
+        TIME_LIMIT,
+    ]
+    _job(tmp_path / "b", lines)
+    verdict = diagnose_bundle(tmp_path / "b", ruleset)[1]
+    assert verdict.cause is not None and verdict.cause.id != "hang-in-first-collective"
