@@ -65,6 +65,7 @@ NODE_STREAM_KEYS: tuple[tuple[Stream, str], ...] = (
 EXPECTED = (Stream.KERNEL, Stream.SYSLOG)
 _COPY_CHUNK = 1 << 20
 _PROC_FD = Path("/proc/self/fd")  # a checked descriptor, opened again by the readers
+_HOLES = 1 << 20  # bytes of holes that make job output "sparse" (read as the data it holds)
 
 
 @dataclass(slots=True)
@@ -320,6 +321,52 @@ def copy_job_output(path: str, uid: int, max_bytes: int | None, dest: Path) -> i
         os.close(fd)
 
 
+def copy_data(fd: int, max_bytes: int | None, dest: Path) -> int:
+    """Copy the data a sparse file holds (not its holes, found with ``SEEK_DATA``), its last
+    ``max_bytes`` when given, to ``dest``; each run of data ends a line. Returns the bytes
+    copied.
+
+    Raises:
+        Refused: for an OS error.
+    """
+    try:
+        size = os.fstat(fd).st_size
+        runs: list[tuple[int, int]] = []
+        pos = 0
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no data after pos
+                    break
+                raise
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            runs.append((start, end))
+            pos = end
+        left = size if max_bytes is None else max_bytes
+        kept: list[tuple[int, int]] = []
+        for start, end in reversed(runs):  # the last max_bytes of data
+            if left <= 0:
+                break
+            kept.append((max(start, end - left), end))
+            left -= end - kept[-1][0]
+        copied = 0
+        with open(dest, "wb") as out:
+            for start, end in reversed(kept):
+                offset = start
+                while offset < end:
+                    chunk = os.pread(fd, min(_COPY_CHUNK, end - offset), offset)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    offset += len(chunk)
+                    copied += len(chunk)
+                out.write(b"\n")
+        return copied
+    except OSError as exc:
+        raise Refused(f"cannot read: {exc.strerror}") from None
+
+
 def copy_tail(fd: int, max_bytes: int | None, dest: Path) -> int:
     """Copy the open file ``fd`` (its last ``max_bytes``, when given) to ``dest``.
 
@@ -375,17 +422,27 @@ def _job_output(col: Collection, job: JobRecord, config: Config) -> None:
             continue
         limit = config.job_output.max_bytes
         cap = None if limit is None else int(limit)
+        spec.plain = True  # never decompressed: its owner may rewrite it after the checks
         try:
             fd = open_job_output(path, uid)
             col.fds.append(fd)
-            size = os.fstat(fd).st_size
-            if _PROC_FD.is_dir():  # read the checked descriptor itself, in place
-                spec.paths = [_PROC_FD / str(fd)]
-            else:
+            info = os.fstat(fd)
+            size = info.st_size
+            holes = size - info.st_blocks * 512
+            if holes > _HOLES or not _PROC_FD.is_dir():
+                # a sparse file ('truncate -s 1T'): its holes read as NULs and cost no quota;
+                # only the bytes it holds are copied, so reading costs what the user wrote
                 if col.tmpdir is None:
                     col.tmpdir = Path(tempfile.mkdtemp(prefix="attribution-job-"))
                 spec.paths = [col.tmpdir / stream.value]
-                copy_tail(fd, cap, spec.paths[0])
+                if holes > _HOLES:
+                    size = copy_data(fd, cap, spec.paths[0])
+                    note = CoverageNote("sparse_output", {"file": path, "holes": holes})
+                    col.note(stream, None, CoverageStatus.OK, note)
+                else:
+                    copy_tail(fd, cap, spec.paths[0])
+            else:  # read the checked descriptor itself, in place
+                spec.paths = [_PROC_FD / str(fd)]
         except OSError as exc:
             col.note(
                 stream,
@@ -404,7 +461,7 @@ def _job_output(col: Collection, job: JobRecord, config: Config) -> None:
             continue
         spec.display = [path]
         spec.max_bytes = cap
-        if cap is not None and size > cap:
+        if cap is not None and size > cap and (stream.value, None) not in col.notes:
             col.note(stream, None, CoverageStatus.OK, CoverageNote("tail_only", {"bytes": cap}))
 
 

@@ -138,11 +138,12 @@ class Gpus(_Strict):
 
 class JobOutput(_Strict):
     """Reading the job's StdOut/StdErr: only regular files owned by the job's user,
-    never through a symbolic link; all of it, as ``sattr diagnose`` reads a bundle, or its
-    last ``max_bytes`` when set (a cap a site may want for time, not for memory)."""
+    never through a symbolic link; all of it up to ``max_bytes`` (16 GiB: about 16 s of
+    reading), as ``sattr diagnose`` reads a bundle, then its last ``max_bytes``; a sparse
+    file is read as the data it holds. ``max_bytes: null`` reads any size."""
 
     read: bool = True
-    max_bytes: ByteSize | None = None
+    max_bytes: ByteSize | None = ByteSize(16 << 30)
 
 
 class Window(_Strict):

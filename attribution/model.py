@@ -632,6 +632,8 @@ COVERAGE_NOTES: Mapping[str, str] = {
     "owner_unknown": "{file}: job owner unknown",
     "refused": "{file}: {why}",
     "tail_only": "only the last {bytes} bytes were read (job_output.max_bytes)",
+    "sparse_output": "{file}: a sparse file ({holes} bytes are holes that hold nothing); only the"
+    " data it holds was read",
     "progress_sampled": "{file}: after its first {lines} picked lines, progress lines (steps,"
     " bars) were sampled: each block's last one was parsed, the rest were not counted",
     # the analysis

@@ -55,13 +55,15 @@ class ReadStats:
     error: CoverageNote | None = None
 
 
-def open_log(path: Path, *, nofollow: bool = False) -> LogHandle:
+def open_log(path: Path, *, nofollow: bool = False, plain: bool = False) -> LogHandle:
     """Open a log file for binary reading, decompressing gzip/zstd transparently.
 
     Args:
         path: the file.
         nofollow: refuse symbolic links (``O_NOFOLLOW``) and anything that is
             not a regular file; used for paths a job's owner controls.
+        plain: read the bytes as they are, never decompressed or transcoded (job output:
+            its owner could rewrite a checked file as a gzip bomb).
 
     Returns:
         An unbuffered ``io.FileIO`` for plain files, else a decompressing reader.
@@ -88,6 +90,8 @@ def open_log(path: Path, *, nofollow: bool = False) -> LogHandle:
         os.close(fd)
         raise
     raw = io.FileIO(fd, "rb", closefd=True)
+    if plain:
+        return raw
     if head.startswith(GZIP_MAGIC):
         inner: io.BufferedIOBase = gzip.GzipFile(fileobj=io.BufferedReader(raw, _BUFFER), mode="rb")
         return _Decoded(inner, raw, "gzip")

@@ -33,7 +33,7 @@ def test_example_is_valid() -> None:
     assert config.logs.journal == ["/var/log/journal/remote/remote-{node}*.journal"]
     assert config.logs.trust.syslog == "untrusted" and config.logs.trust.kernel == "trusted"
     assert config.settle_delay == 30
-    assert config.job_output.max_bytes is None  # all of the job's output, as offline
+    assert config.job_output.max_bytes == 16 << 30  # all of a job's output, up to 16 GiB
 
 
 def test_units(tmp_path: Path) -> None:
