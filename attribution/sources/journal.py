@@ -233,7 +233,7 @@ class JournalReader:
             entries = itertools.chain(entries, self._run(argv))
         selector = self.ctx.selectors.get(self.spec.stream) or EveryLine()
         follow = self.ctx.follow.get(self.spec.stream, 0)
-        nodes = set(self.ctx.job_nodes)
+        nodes = self.ctx.node_set
         shown = ", ".join(self._names())
         owed = 0
         index = 0

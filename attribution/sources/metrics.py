@@ -500,7 +500,7 @@ class MetricsReader:
 
     def _series(self) -> list[Series]:
         out: list[Series] = []
-        members = set(self.ctx.job_nodes)
+        members = self.ctx.node_set
         outside = unlabelled = 0
         for index in range(len(self.spec.paths)):
             data = self._load(index)

@@ -70,7 +70,9 @@ _DONE = object()
 
 def _read_ahead(readers: list[Reader], workers: int, queue_lines: int) -> Iterator[LogLine]:
     """Yield every reader's lines in order while up to ``workers`` readers run ahead."""
-    queues: list[queue.Queue[object]] = [queue.Queue(maxsize=queue_lines) for _ in readers]
+    # a queue is made when its source is submitted, and dropped once read: a job of 12,500
+    # nodes has 37,500 sources, and a queue per source up front cost seconds and memory
+    queues: dict[int, queue.Queue[object]] = {}
     stop = threading.Event()
 
     def produce(index: int) -> None:
@@ -91,18 +93,23 @@ def _read_ahead(readers: list[Reader], workers: int, queue_lines: int) -> Iterat
             with contextlib.suppress(queue.Full):
                 out.put(_DONE, timeout=1.0 if stop.is_set() else None)
 
+    def submit(index: int) -> concurrent.futures.Future[None]:
+        queues[index] = queue.Queue(maxsize=queue_lines)
+        return pool.submit(produce, index)
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {i: pool.submit(produce, i) for i in range(min(workers, len(readers)))}
+        futures = {i: submit(i) for i in range(min(workers, len(readers)))}
         try:
             for index in range(len(readers)):
                 nxt = index + workers
                 if nxt < len(readers):
-                    futures[nxt] = pool.submit(produce, nxt)
+                    futures[nxt] = submit(nxt)
                 while True:
                     item = queues[index].get()
                     if item is _DONE:
                         break
                     yield item  # type: ignore[misc]
                 futures.pop(index).result()
+                del queues[index]
         finally:
             stop.set()
