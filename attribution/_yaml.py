@@ -9,16 +9,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from attribution.errors import Location, RuleError
 
-try:  # the C loader is much faster; fall back to pure Python when it is missing
-    _BaseLoader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[assignment]
-except AttributeError:  # pragma: no cover - depends on the PyYAML build
-    _BaseLoader = yaml.SafeLoader
+if TYPE_CHECKING:
+    import yaml
+
+# PyYAML is imported by the first document parsed (``_import_yaml``), not with this module: a
+# command whose rules come from the cache (attribution.rules.cache) and whose bundle holds no
+# YAML never needs it
+
+
+def _import_yaml() -> type[yaml.SafeLoader]:
+    """Bind the module global ``yaml`` (the helpers below use it); the fastest safe loader."""
+    global yaml
+    import yaml
+
+    try:  # the C loader is much faster; fall back to pure Python when it is missing
+        return yaml.CSafeLoader  # type: ignore[return-value]
+    except AttributeError:  # pragma: no cover - depends on the PyYAML build
+        return yaml.SafeLoader
+
 
 Path_ = tuple[str | int, ...]
 
@@ -61,7 +73,7 @@ def load_yaml(text: str, path: str, *, error: type[RuleError] = YamlError) -> tu
             unsupported tag or a document of more than ``MAX_NODES`` values, with
             ``path:line`` of the problem.
     """
-    loader = _BaseLoader(text)
+    loader = _import_yaml()(text)
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:

@@ -35,7 +35,6 @@ from attribution._yaml import load_yaml_file
 from attribution.analyze import AnalysisOptions, analyze, read_window
 from attribution.backtest import Report, error_result, score_case
 from attribution.errors import AttributionError, BundleError, Location, RuleError
-from attribution.fleetfile import load_topology
 from attribution.history import PriorGpuError
 from attribution.historyfile import read_history_file
 from attribution.jobrecord import job_from_dict
@@ -509,6 +508,8 @@ def bundle_topology(root: Path) -> Topology | None:
     conf, groups = root / "topology.conf", root / "groups.yaml"
     if not conf.exists() and not groups.exists():
         return None
+    from attribution.fleetfile import load_topology  # and the fleet model: only for a topology
+
     try:
         found = load_topology(
             contained(root, conf) if conf.exists() else None,

@@ -20,19 +20,10 @@ import stat
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from attribution._yaml import load_yaml
 from attribution.errors import AttributionError, Location
-from attribution.fleet import (
-    Blame,
-    Fleet,
-    FleetJob,
-    FleetOptions,
-    GpuMark,
-    NodeEvent,
-    Truth,
-)
 from attribution.hostlist import HostlistError
 from attribution.timeutil import parse_iso
 from attribution.topology import (
@@ -42,6 +33,9 @@ from attribution.topology import (
     parse_groups,
     parse_topology,
 )
+
+if TYPE_CHECKING:  # imported where used: a bundle's topology needs none of the fleet model
+    from attribution.fleet import Fleet, FleetJob, FleetOptions, NodeEvent, Truth
 
 MAX_TOPOLOGY_BYTES = 64 * 1024 * 1024
 MAX_LINE = 1024 * 1024  # one job's line
@@ -85,6 +79,8 @@ def _map(value: Any, name: str, where: Location) -> dict[str, Any]:
 
 
 def _job(data: Any, where: Location) -> FleetJob:
+    from attribution.fleet import Blame, FleetJob, GpuMark
+
     data = _map(data, "the line", where)
     nodelist = _str(data.get("nodes"), "nodes", where) or ""
     try:
@@ -219,6 +215,8 @@ def read_events(path: Path) -> list[NodeEvent]:
     Raises:
         FleetFileError: a malformed line.
     """
+    from attribution.fleet import NodeEvent
+
     if not path.exists():
         return []
     events = []
@@ -245,6 +243,8 @@ def read_truth(path: Path) -> Truth:
     Raises:
         FleetFileError: when it is missing or not the documented shape.
     """
+    from attribution.fleet import Truth
+
     with _regular(path) as handle:
         raw = handle.read(MAX_TOPOLOGY_BYTES + 1)
     if len(raw) > MAX_TOPOLOGY_BYTES:
@@ -316,6 +316,8 @@ def load_history(
     Raises:
         FleetFileError, TopologyError: a file that cannot be read or parsed.
     """
+    from attribution.fleet import Fleet
+
     if topology is None:
         topo_file, groups_file = base / "topology.conf", base / "groups.yaml"
         topology = load_topology(

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from attribution.model import JobRecord, Stream
@@ -70,23 +71,20 @@ def _no_hits(data: bytes, stop: int | None = None) -> list[int]:
     return []
 
 
+def _importable(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
 def available_engines() -> list[str]:
     """Engines that can be used on this machine, fastest first."""
-    out = []
-    try:
-        import hyperscan  # noqa: F401
+    return [e for e in ENGINES if e == "python" or _importable(_MODULES[e])]
 
-        out.append("hyperscan")
-    except ImportError:
-        pass
-    try:
-        import re2  # noqa: F401
 
-        out.append("re2")
-    except ImportError:
-        pass
-    out.append("python")
-    return out
+_MODULES = {"hyperscan": "hyperscan", "re2": "re2"}
 
 
 def choose_engine(requested: str | None = None) -> str:
@@ -95,12 +93,176 @@ def choose_engine(requested: str | None = None) -> str:
     ``ATTRIBUTION_SCAN_ENGINE`` overrides the default (``auto``).
     """
     wanted = requested or os.environ.get("ATTRIBUTION_SCAN_ENGINE") or "auto"
-    engines = available_engines()
-    if wanted == "auto":
-        return engines[0]
-    if wanted not in ENGINES:
+    if wanted != "auto" and wanted not in ENGINES:
         raise ValueError(f"unknown scan engine {wanted!r}; use one of {', '.join(ENGINES)} or auto")
-    return wanted if wanted in engines else engines[0]
+    if wanted != "auto" and (wanted == "python" or _importable(_MODULES[wanted])):
+        return wanted
+    # the fastest that imports (no import of a slower one when a faster one is there)
+    return next(e for e in ENGINES if e == "python" or _importable(_MODULES[e]))
+
+
+def _compile_hyperscan(literals: list[Literal]) -> Any:
+    """A block-mode hyperscan database of ``literals`` (sorted as ``LiteralScanner`` sorts
+    them: the id of a pattern is its index)."""
+    import hyperscan
+
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    db.compile(
+        expressions=[re.escape(lit.text) for lit in literals],
+        ids=list(range(len(literals))),
+        elements=len(literals),
+        flags=[hyperscan.HS_FLAG_CASELESS if lit.caseless else 0 for lit in literals],
+    )
+    return db
+
+
+# --------------------------------------------------------------------- compiled databases on disk
+
+# A reading plan compiles one hyperscan database per distinct literal set (about 30 ms of CPU for
+# the shipped rules), at every CLI start. ``_Databases`` keeps them in the user's cache directory
+# (``attribution.rules.cache``: same place, same ownership and permission checks, same
+# ATTRIBUTION_RULES_CACHE switch) in one file per ruleset digest: an entry per literal set, keyed
+# by the set's SHA-256, under a header keyed by the file format, attribution's version, this
+# module's size and mtime, the hyperscan binding's version and the machine. Entries are loaded
+# (``hyperscan.loadb``, which checks hyperscan's own version and the CPU features) only when a
+# scanner of theirs first searches; any problem means compiling, as without a cache.
+
+_DB_FORMAT = 1
+_DB_MAGIC = b"attribution-scan-databases\n"
+_DB_KEEP = 8  # database files kept per user (one per ruleset digest; the oldest go first)
+
+
+def _literal_key(literals: list[Literal]) -> bytes:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for lit in literals:
+        digest.update(b"%d %d " % (len(lit.text), lit.caseless) + lit.text)
+    return digest.digest()
+
+
+def _databases_key() -> str:
+    import hashlib
+
+    import hyperscan
+
+    from attribution import __version__
+
+    st = os.stat(__file__)
+    return hashlib.sha256(
+        f"format {_DB_FORMAT}\0attribution {__version__}\0scan {st.st_size} {st.st_mtime_ns}"
+        f"\0hyperscan {getattr(hyperscan, '__version__', '?')}\0{os.uname().machine}".encode()
+    ).hexdigest()
+
+
+def _pack(entries: dict[bytes, bytes]) -> bytes:
+    out = bytearray()
+    for key, blob in sorted(entries.items()):
+        out += key + len(blob).to_bytes(8, "little") + blob
+    return bytes(out)
+
+
+def _unpack(payload: memoryview) -> dict[bytes, bytes]:
+    entries: dict[bytes, bytes] = {}
+    at = 0
+    while at < len(payload):
+        key = bytes(payload[at : at + 32])
+        size = int.from_bytes(payload[at + 32 : at + 40], "little")
+        blob = bytes(payload[at + 40 : at + 40 + size])
+        if len(key) != 32 or len(blob) != size:
+            raise ValueError("truncated database entry")
+        entries[key] = blob
+        at += 40 + size
+    return entries
+
+
+class _Databases:
+    """The hyperscan databases of one reading plan: from the user's cache file when it holds
+    them, else compiled; a first miss compiles every database of the plan not in the file
+    (``want``) and saves them all, so one cold run fills the file."""
+
+    def __init__(self, digest: str) -> None:
+        self.name = f"scan-{digest[:24]}.hsdb"
+        self._wanted: dict[bytes, list[Literal]] = {}
+        self._stored: dict[bytes, bytes] | None = None  # serialized, from the file
+        self._made: dict[bytes, Any] = {}  # loaded or compiled
+        self._lock = threading.Lock()
+
+    def want(self, literals: list[Literal]) -> None:
+        self._wanted.setdefault(_literal_key(literals), literals)
+
+    def get(self, literals: list[Literal]) -> Any:
+        key = _literal_key(literals)
+        with self._lock:
+            if key not in self._made:
+                self._wanted.setdefault(key, literals)
+                db = self._load(key)
+                if db is not None:
+                    self._made[key] = db
+                elif self._stored is None:  # no cache: compile only what is searched with
+                    self._made[key] = _compile_hyperscan(literals)
+                else:
+                    self._compile_missing()
+            return self._made[key]
+
+    def _load(self, key: bytes) -> Any:
+        import hyperscan
+
+        from attribution.rules import cache
+
+        directory = cache.cache_dir()
+        if directory is None:
+            return None  # the cache is off (ATTRIBUTION_RULES_CACHE=0)
+        if self._stored is None:  # the first database asked for: read the file
+            self._stored = {}
+            try:
+                payload = cache.read_owned(directory, self.name, _databases_key(), _DB_MAGIC)
+                self._stored = _unpack(payload) if payload is not None else {}
+            except FileNotFoundError:
+                pass
+            except Exception as exc:  # a cache problem is never the command's problem
+                cache._debug(f"{directory / self.name}: not used: {type(exc).__name__}: {exc}")
+        blob = self._stored.get(key)
+        if blob is None:
+            return None
+        try:
+            return hyperscan.loadb(blob, hyperscan.HS_MODE_BLOCK)
+        except Exception as exc:  # another hyperscan library or CPU: compile
+            cache._debug(f"{self.name}: a database not used: {type(exc).__name__}: {exc}")
+            del self._stored[key]
+            return None
+
+    def _compile_missing(self) -> None:
+        import hyperscan
+
+        from attribution.rules import cache
+
+        for key, literals in self._wanted.items():
+            if key not in self._made:
+                blob = self._stored.get(key) if self._stored else None
+                db = self._load(key) if blob is not None else None
+                self._made[key] = db if db is not None else _compile_hyperscan(literals)
+        directory = cache.cache_dir()
+        if directory is None:
+            return
+        try:
+            entries = {key: hyperscan.dumpb(self._made[key]) for key in self._wanted}
+            cache.write_owned(directory, self.name, _databases_key(), _pack(entries), _DB_MAGIC)
+            self._stored = entries
+            _prune(directory)
+        except Exception as exc:
+            cache._debug(f"{directory / self.name}: not saved: {type(exc).__name__}: {exc}")
+
+
+def _prune(directory: Path) -> None:
+    """Keep the ``_DB_KEEP`` newest database files (one per ruleset a user ran)."""
+    found = []
+    for path in directory.glob("scan-*.hsdb"):
+        with contextlib.suppress(OSError):
+            found.append((path.stat().st_mtime_ns, path))
+    for _, path in sorted(found, reverse=True)[_DB_KEEP:]:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 class LiteralScanner:
@@ -111,20 +273,40 @@ class LiteralScanner:
         engine: ``hyperscan``, ``re2``, ``python`` or ``None`` for the fastest available.
     """
 
-    def __init__(self, literals: Iterable[Literal], engine: str | None = None) -> None:
+    def __init__(
+        self,
+        literals: Iterable[Literal],
+        engine: str | None = None,
+        *,
+        databases: _Databases | None = None,
+    ) -> None:
         self.literals = sorted(
             set(literals), key=lambda lit: (-len(lit.text), lit.text, lit.caseless)
         )
         self.engine = choose_engine(engine)
-        self._find: Callable[[bytes, int | None], list[int]]
+        # built at the first search (``_build``): a plan holds scanners for every stream, and a
+        # run reads only some of them
+        self._databases = databases if self.engine == "hyperscan" else None
+        if self._databases is not None and self.literals:
+            self._databases.want(self.literals)
+        self._lock = threading.Lock()
+
+    def _find(self, data: bytes, stop: int | None = None) -> list[int]:
+        """The match ends in ``data`` (``stop``: up to the ``stop``-th line that hits); the
+        first call builds the engine's matcher, which then replaces this method."""
+        with self._lock:
+            if "_find" not in self.__dict__:
+                self._find = self._build()  # type: ignore[method-assign,assignment]
+        return self._find(data, stop)
+
+    def _build(self) -> Callable[[bytes, int | None], list[int]]:
         if not self.literals:
-            self._find = _no_hits
-        elif self.engine == "hyperscan":
-            self._find = self._hyperscan()
-        elif self.engine == "re2":
-            self._find = self._regex(__import__("re2"))
-        else:
-            self._find = self._regex(re)
+            return _no_hits
+        if self.engine == "hyperscan":
+            return self._hyperscan()
+        if self.engine == "re2":
+            return self._regex(__import__("re2"))
+        return self._regex(re)
 
     def _pattern(self) -> bytes:
         """One regex for all literals, factored as a trie (several times faster for ``re``)."""
@@ -160,14 +342,10 @@ class LiteralScanner:
     def _hyperscan(self) -> Callable[[bytes, int | None], list[int]]:
         import hyperscan
 
-        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        flags = [hyperscan.HS_FLAG_CASELESS if lit.caseless else 0 for lit in self.literals]
-        db.compile(
-            expressions=[re.escape(lit.text) for lit in self.literals],
-            ids=list(range(len(self.literals))),
-            elements=len(self.literals),
-            flags=flags,
-        )
+        if self._databases is not None:
+            db = self._databases.get(self.literals)
+        else:
+            db = _compile_hyperscan(self.literals)
 
         local = threading.local()  # hyperscan scratch space must not be shared between threads
 
@@ -270,6 +448,17 @@ def reading_plan(ruleset: RuleSet, engine: str | None = None) -> Plan:
     Returns ``(selectors, follow, notable, progress, heads)`` for
     ``attribution.sources.specs.ReadContext``.
     """
+    chosen_engine = choose_engine(engine)
+    databases = _Databases(ruleset.digest) if chosen_engine == "hyperscan" else None
+    made: dict[frozenset[Literal], LiteralScanner] = {}
+
+    def scanner(literals: set[Literal]) -> LiteralScanner:
+        """One scanner per distinct literal set (job_stdout and job_stderr share theirs)."""
+        key = frozenset(literals)
+        if key not in made:
+            made[key] = LiteralScanner(literals, chosen_engine, databases=databases)
+        return made[key]
+
     selectors: dict[Stream, LiteralScanner] = {}
     notable: dict[Stream, LiteralScanner] = {}
     progress: dict[Stream, LiteralScanner] = {}
@@ -282,7 +471,7 @@ def reading_plan(ruleset: RuleSet, engine: str | None = None) -> Plan:
             for ex in chosen
             for lit in ex.literals
         }
-        selectors[stream] = LiteralScanner(literals, engine)
+        selectors[stream] = scanner(literals)
         if any(ex.rule.match.progress for ex in chosen):  # else the same literals: reuse it
             others = {
                 Literal(lit.encode("utf-8"), ex.rule.match.ignore_case)
@@ -290,19 +479,18 @@ def reading_plan(ruleset: RuleSet, engine: str | None = None) -> Plan:
                 if not ex.rule.match.progress
                 for lit in ex.literals
             }
-            notable[stream] = LiteralScanner(others, engine)
-            progress[stream] = LiteralScanner(literals - others, engine)
+            notable[stream] = scanner(others)
+            progress[stream] = scanner(literals - others)
         else:
             notable[stream] = selectors[stream]
         follow[stream] = max((ex.rule.match.continuation for ex in chosen), default=0)
-        heads[stream] = LiteralScanner(
+        heads[stream] = scanner(
             {
                 Literal(lit.encode("utf-8"), ex.rule.match.ignore_case)
                 for ex in chosen
                 if ex.rule.match.continuation
                 for lit in ex.literals
-            },
-            engine,
+            }
         )
     return selectors, follow, notable, progress, heads
 

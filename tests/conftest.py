@@ -11,6 +11,7 @@ changed bundle, or another ruleset still gets a fresh diagnosis.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,21 @@ _SHARED_TREES = (CASES, BLIND)
 
 _diagnose_bundle = attribution.bundle.diagnose_bundle
 _load_ruleset = attribution.rules.loader.load_ruleset
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_caches(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The suite's ruleset and scan-database caches (``ATTRIBUTION_RULES_CACHE``) go to a
+    directory of this run, never to the user's ``~/.cache/attribution`` (commands run in a
+    subprocess inherit it); tests/test_rules_cache.py sets its own per test."""
+    name = "ATTRIBUTION_RULES_CACHE"
+    before = os.environ.get(name)
+    os.environ[name] = str(tmp_path_factory.mktemp("attribution-cache"))
+    yield
+    if before is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = before
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

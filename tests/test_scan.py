@@ -109,3 +109,160 @@ def test_one_scanner_is_safe_to_share_between_threads(engine: str) -> None:
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         for _ in range(3):
             assert list(pool.map(scanner.line_starts, blocks)) == expected
+
+
+# --------------------------------------------------------------------- hyperscan databases on disk
+
+needs_hyperscan = pytest.mark.skipif("hyperscan" not in ENGINES, reason="hyperscan not installed")
+
+
+def _corpus() -> bytes:
+    rnd = random.Random(11)
+    words = [b"step", b"NaN", b"NVRM: Xid", b"NCCL WARN", b"Error", b"ok", b"nAn"]
+    return b"\n".join(b" ".join(rnd.choices(words, k=rnd.randrange(0, 5))) for _ in range(3000))
+
+
+def _compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the hyperscan compiles from now on."""
+    import attribution.scan as scan
+
+    made: list[int] = []
+    real = scan._compile_hyperscan
+
+    def counting(literals: list[Literal]) -> object:
+        made.append(len(literals))
+        return real(literals)
+
+    monkeypatch.setattr(scan, "_compile_hyperscan", counting)
+    return made
+
+
+def _scanners(digest: str = "d" * 64) -> tuple[LiteralScanner, LiteralScanner]:
+    """Two scanners of one plan (sharing its database store), as ``reading_plan`` makes them."""
+    from attribution.scan import _Databases
+
+    databases = _Databases(digest)
+    first = LiteralScanner(LITS, "hyperscan", databases=databases)
+    second = LiteralScanner(LITS[:2], "hyperscan", databases=databases)
+    return first, second
+
+
+@needs_hyperscan
+def test_cached_databases_pick_the_same_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATTRIBUTION_RULES_CACHE", str(tmp_path))
+    data = _corpus()
+    made = _compiles(monkeypatch)
+    first, second = _scanners()
+    assert first.line_starts(data) == _reference(data, LITS)  # a miss compiles the plan's two
+    assert sorted(made) == [2, 4] and len(list(tmp_path.glob("scan-*.hsdb"))) == 1
+    assert second.line_starts(data) == _reference(data, LITS[:2])
+    assert len(made) == 2
+    made.clear()
+    first, second = _scanners()  # a new run: both from the file, none compiled
+    assert first.line_starts(data) == _reference(data, LITS)
+    assert second.first_line_starts(data, 5) == LiteralScanner(
+        LITS[:2], "python"
+    ).first_line_starts(data, 5)
+    assert first.last_line_start(data) == _reference(data, LITS)[-1]
+    assert made == []
+
+
+@needs_hyperscan
+def test_database_file_of_another_version_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hyperscan
+
+    monkeypatch.setenv("ATTRIBUTION_RULES_CACHE", str(tmp_path))
+    data = _corpus()
+    _scanners()[0].line_starts(data)
+    made = _compiles(monkeypatch)
+    monkeypatch.setattr(hyperscan, "__version__", "0.0.0-other")
+    first, _ = _scanners()
+    assert first.line_starts(data) == _reference(data, LITS)
+    assert sorted(made) == [2, 4]  # compiled again, and saved under the new key
+    made.clear()
+    _scanners()[0].line_starts(data)
+    assert made == []
+
+
+@needs_hyperscan
+def test_database_file_writable_by_others_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATTRIBUTION_RULES_CACHE", str(tmp_path))
+    data = _corpus()
+    _scanners()[0].line_starts(data)
+    (path,) = tmp_path.glob("scan-*.hsdb")
+    path.chmod(0o666)
+    made = _compiles(monkeypatch)
+    monkeypatch.setattr(
+        "attribution.scan._unpack", lambda payload: pytest.fail("a foreign file was read")
+    )
+    first, _ = _scanners()
+    assert first.line_starts(data) == _reference(data, LITS)
+    assert sorted(made) == [2, 4]
+
+
+@needs_hyperscan
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "bad database"])
+def test_damaged_database_file_falls_back_to_compiling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    from attribution.rules import cache
+    from attribution.scan import _DB_MAGIC, _databases_key, _literal_key, _pack
+
+    monkeypatch.setenv("ATTRIBUTION_RULES_CACHE", str(tmp_path))
+    data = _corpus()
+    _scanners()[0].line_starts(data)
+    (path,) = tmp_path.glob("scan-*.hsdb")
+    raw = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(raw[: len(raw) // 2])
+    elif damage == "flipped":
+        path.write_bytes(raw[:-100] + bytes([raw[-100] ^ 0xFF]) + raw[-99:])
+    else:  # a well-formed file whose database hyperscan refuses
+        garbage = {_literal_key(sorted(LITS, key=lambda x: (-len(x.text), x.text))): b"x" * 64}
+        cache.write_owned(tmp_path, path.name, _databases_key(), _pack(garbage), _DB_MAGIC)
+    made = _compiles(monkeypatch)
+    first, second = _scanners()
+    assert first.line_starts(data) == _reference(data, LITS)
+    assert second.line_starts(data) == _reference(data, LITS[:2])
+    assert made  # compiled, not an error
+
+
+def test_scanners_are_built_at_their_first_search(
+    ruleset: RuleSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan holds scanners of every stream; a run builds only those of what it reads."""
+    from attribution.scan import reading_plan
+
+    built: list[int] = []
+    real = LiteralScanner._build
+
+    def counting(self: LiteralScanner) -> object:
+        built.append(len(self.literals))
+        return real(self)
+
+    monkeypatch.setattr(LiteralScanner, "_build", counting)
+    selectors, *_ = reading_plan(ruleset, "python")
+    assert built == []
+    scanner = next(iter(selectors.values()))
+    scanner.line_starts(b"nothing\n")
+    scanner.line_starts(b"nothing\n")
+    assert len(built) == 1
+
+
+@needs_hyperscan
+def test_without_a_cache_only_the_scanner_searched_with_is_compiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATTRIBUTION_RULES_CACHE", "0")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    data = _corpus()
+    made = _compiles(monkeypatch)
+    first, _ = _scanners()
+    assert first.line_starts(data) == _reference(data, LITS)
+    assert made == [4] and not list(tmp_path.rglob("*.hsdb"))

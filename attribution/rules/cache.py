@@ -3,7 +3,8 @@ and validate some 400 rule files (and compile their regexes) every time it start
 
 The cache file holds a pickled ``RuleSet`` behind a header with its key. The key is computed
 without reading a rule: the cache format, attribution's version, the Python and library
-versions the objects were made with, the size and times of the engine's own modules, and for
+versions the objects were made with (PyYAML's by its installed file, so that a run whose rules
+come from the cache need not import it), the size and times of the engine's own modules, and for
 each rules directory in order its path and every ``*.yaml`` file under it (relative path,
 size, inode, mtime and ctime). A change to any of them means a rebuild; a cache is never
 trusted across versions. What is loaded from a cache equals what the loader makes from the
@@ -16,6 +17,9 @@ Files are written to a temporary name and renamed into place. Any problem readin
 the cache (missing, foreign, truncated, corrupt, from another version, a disk error) falls back
 to loading the files, silently; ``ATTRIBUTION_RULES_CACHE=0`` turns the cache off and
 ``ATTRIBUTION_RULES_CACHE=/some/dir`` moves it.
+
+``read_owned`` and ``write_owned`` are those checks and that writing for any cache file of this
+directory; ``attribution.scan`` keeps the compiled hyperscan databases of a ruleset with them.
 """
 
 from __future__ import annotations
@@ -121,13 +125,25 @@ def _engine() -> bytes:
     import pydantic
     import pydantic_core
     import regex
-    import yaml
 
     return (
         f"format {CACHE_FORMAT}\0attribution {__version__}\0python {sys.version}"
         f" {sys.implementation.cache_tag}\0pydantic {pydantic.VERSION}"
-        f" {pydantic_core.__version__}\0regex {regex.__version__}\0yaml {yaml.__version__}\0"
+        f" {pydantic_core.__version__}\0regex {regex.__version__}\0yaml {_stamp('yaml')}\0"
     ).encode()
+
+
+def _stamp(module: str) -> str:
+    """Where ``module`` is installed, with its size and times, without importing it (PyYAML:
+    a run whose rules come from the cache does not parse YAML). Installing another version
+    rewrites the file (its ``__version__`` is in it)."""
+    from importlib.util import find_spec
+
+    spec = find_spec(module)
+    if spec is None or not spec.origin:
+        return "missing"
+    st = os.stat(spec.origin)
+    return f"{spec.origin} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
 
 
 def cache_key(dirs: Iterable[Path]) -> tuple[str, bool] | None:
@@ -223,11 +239,22 @@ def _open_dir(directory: Path) -> int:
     return fd
 
 
-def _header(key: str, payload: bytes) -> bytes:
-    return _MAGIC + b"%s %d %08x\n" % (key.encode(), len(payload), zlib.crc32(payload))
+def _header(key: str, payload: bytes, magic: bytes = _MAGIC) -> bytes:
+    return magic + b"%s %d %08x\n" % (key.encode(), len(payload), zlib.crc32(payload))
 
 
-def _read(directory: Path, name: str, key: str) -> RuleSet | None:
+def read_owned(directory: Path, name: str, key: str, magic: bytes = _MAGIC) -> memoryview | None:
+    """The payload of cache file ``name`` in ``directory`` if it is ours and was written with
+    ``key`` (None when written with another key).
+
+    Ours: the directory and the file are owned by the effective user and writable by nobody
+    else, neither is a symbolic link, the file is regular and no larger than ``_MAX_BYTES``.
+
+    Raises:
+        FileNotFoundError: no such file (or directory).
+        OSError, ValueError, _Untrusted: a file that is not ours, not one of these files
+            (``magic``), truncated or damaged (length and CRC in the header).
+    """
     dir_fd = _open_dir(directory)
     try:
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -242,20 +269,27 @@ def _read(directory: Path, name: str, key: str) -> RuleSet | None:
         if st.st_size > _MAX_BYTES:
             raise ValueError(f"{name} is larger than {_MAX_BYTES} bytes")
         data = handle.read(_MAX_BYTES + 1)
-    if not data.startswith(_MAGIC):
-        raise ValueError("not a rules cache file")
-    end = data.index(b"\n", len(_MAGIC))
-    found, size, crc = data[len(_MAGIC) : end].split(b" ")
+    if not data.startswith(magic):
+        raise ValueError("not a cache file of this kind")
+    end = data.index(b"\n", len(magic))
+    found, size, crc = data[len(magic) : end].split(b" ")
     if found.decode() != key:
         _debug(f"{name}: made from other rules or another version; rebuilding")
         return None
     payload = memoryview(data)[end + 1 :]
     if len(payload) != int(size) or zlib.crc32(payload) != int(crc, 16):
         raise ValueError("truncated or damaged")
+    return payload
+
+
+def _read(directory: Path, name: str, key: str) -> RuleSet | None:
+    payload = read_owned(directory, name, key)
+    if payload is None:
+        return None
     collecting = gc.isenabled()
     gc.disable()  # a faster unpickle: these objects hold no cycles worth a collection now
     try:
-        ruleset = pickle.loads(payload)  # ours only: owner and mode checked above
+        ruleset = pickle.loads(payload)  # ours only: owner and mode checked by read_owned
     finally:
         if collecting:
             gc.enable()
@@ -278,21 +312,33 @@ def _make_dir(directory: Path) -> None:
     os.makedirs(directory, mode=0o700, exist_ok=True)
 
 
-def _write(directory: Path, name: str, key: str, ruleset: RuleSet) -> None:
+def write_owned(
+    directory: Path, name: str, key: str, payload: bytes, magic: bytes = _MAGIC
+) -> None:
+    """Write ``payload`` as cache file ``name`` (read back by ``read_owned``): to a temporary
+    file (mode 0600) renamed into place, in ``directory`` made if missing (0700) and refused
+    when it is not only ours.
+
+    Raises:
+        OSError, _Untrusted: the file could not be written.
+    """
     import tempfile
 
-    payload = _dumps(ruleset)
     _make_dir(directory)
     os.close(_open_dir(directory))  # refuse to write into a directory that is not only ours
-    fd, temp = tempfile.mkstemp(prefix=".rules-", suffix=".tmp", dir=directory)  # mode 0600
+    fd, temp = tempfile.mkstemp(prefix=".attribution-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(_header(key, payload))
+            handle.write(_header(key, payload, magic))
             handle.write(payload)
         os.replace(temp, directory / name)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def _write(directory: Path, name: str, key: str, ruleset: RuleSet) -> None:
+    write_owned(directory, name, key, _dumps(ruleset))
 
 
 def load_cached(
