@@ -395,12 +395,13 @@ class LiteralScanner:
         nl = data.find(b"\n", starts[-1])
         return starts, len(data) if nl < 0 else nl + 1
 
-    def last_line_start(self, data: bytes, low: int = 0) -> int:
-        """Start of the last line of ``data`` at or after offset ``low`` that hits, or -1.
+    def last_line_start(self, data: bytes, low: int = 0, high: int | None = None) -> int:
+        """Start of the last line of ``data`` at or after offset ``low`` and before ``high``
+        (a line start; default: the end) that hits, or -1.
 
         Searches windows that grow backwards from the end, so a block dense with hits costs
         one small search, not a callback per hit."""
-        end, width = len(data), 64 << 10
+        end, width = len(data) if high is None else high, 64 << 10
         while end > low:
             start = max(low, end - width)
             if start > low:  # begin the window at a line start
@@ -430,11 +431,32 @@ class LiteralScanner:
         return bool(self._find(line, None))
 
 
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """How one stream's sampled lines (``match.sampled`` extractors: progress lines) are told
+    apart (``attribution.sources.specs.Sampler``)."""
+
+    sampled: LiteralScanner  # literals only sampled extractors read
+    kept: LiteralScanner  # every other extractor's literals
+    regexes: tuple[Any, ...]  # the sampled extractors' patterns
+
+    def matches(self, text: str) -> bool:
+        for pattern in self.regexes:
+            try:
+                if pattern.search(text, timeout=_SAMPLE_BUDGET):
+                    return True
+            except TimeoutError:
+                continue
+        return False
+
+
+_SAMPLE_BUDGET = 0.05  # seconds a sampled extractor's pattern may take on one line
+
 Plan = tuple[
     dict[Stream, LiteralScanner],
     dict[Stream, int],
     dict[Stream, LiteralScanner],
-    dict[Stream, LiteralScanner],
+    dict[Stream, Sampling],
     dict[Stream, LiteralScanner],
 ]
 
@@ -442,10 +464,10 @@ Plan = tuple[
 def reading_plan(ruleset: RuleSet, engine: str | None = None) -> Plan:
     """Per stream, a scanner over its extractors' literals, how many lines to follow a hit,
     a scanner over the literals of extractors that read more than progress output, (for
-    streams with progress extractors) one over the literals only progress extractors read, and
-    one over the literals of the multi-line extractors, whose hits alone take followers.
+    streams with sampled extractors) how their lines are told apart, and a scanner over the
+    literals of the multi-line extractors, whose hits alone take followers.
 
-    Returns ``(selectors, follow, notable, progress, heads)`` for
+    Returns ``(selectors, follow, notable, sampling, heads)`` for
     ``attribution.sources.specs.ReadContext``.
     """
     chosen_engine = choose_engine(engine)
@@ -461,7 +483,7 @@ def reading_plan(ruleset: RuleSet, engine: str | None = None) -> Plan:
 
     selectors: dict[Stream, LiteralScanner] = {}
     notable: dict[Stream, LiteralScanner] = {}
-    progress: dict[Stream, LiteralScanner] = {}
+    sampling: dict[Stream, Sampling] = {}
     heads: dict[Stream, LiteralScanner] = {}
     follow: dict[Stream, int] = {}
     for stream in Stream:
@@ -480,9 +502,20 @@ def reading_plan(ruleset: RuleSet, engine: str | None = None) -> Plan:
                 for lit in ex.literals
             }
             notable[stream] = scanner(others)
-            progress[stream] = scanner(literals - others)
         else:
             notable[stream] = selectors[stream]
+        if any(ex.rule.match.sampled for ex in chosen):
+            kept = {
+                Literal(lit.encode("utf-8"), ex.rule.match.ignore_case)
+                for ex in chosen
+                if not ex.rule.match.sampled
+                for lit in ex.literals
+            }
+            sampling[stream] = Sampling(
+                sampled=scanner(literals - kept),
+                kept=scanner(kept),
+                regexes=tuple(ex.regex for ex in chosen if ex.rule.match.sampled),
+            )
         follow[stream] = max((ex.rule.match.continuation for ex in chosen), default=0)
         heads[stream] = scanner(
             {
@@ -492,7 +525,7 @@ def reading_plan(ruleset: RuleSet, engine: str | None = None) -> Plan:
                 for lit in ex.literals
             }
         )
-    return selectors, follow, notable, progress, heads
+    return selectors, follow, notable, sampling, heads
 
 
 _PLANS: dict[tuple[str, str], Plan] = {}
@@ -514,7 +547,7 @@ def read_context(
     key = (ruleset.digest, chosen)
     if key not in _PLANS:
         _PLANS[key] = reading_plan(ruleset, chosen)
-    selectors, follow, notable, progress, heads = _PLANS[key]
+    selectors, follow, notable, sampling, heads = _PLANS[key]
     return ReadContext(
         tz=zone(job.timezone),
         reference=job.start or job.end,
@@ -522,7 +555,7 @@ def read_context(
         job_nodes=job.nodes,
         selectors=selectors,
         notable=notable,
-        progress=progress,
+        sampling=sampling,
         follow=follow,
         heads=heads,
         window=window,

@@ -62,12 +62,6 @@ TIME_LIMIT = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sampling keeps only a block's last progress-literal line, so a later run's start-up"
-    " line (job.startup is progress: true) is dropped when a non-matching progress-literal line"
-    " follows it; the earlier run's progress is then not demoted and the verdict changes",
-)
 def test_restart_startup_line_is_not_lost_to_sampling(
     tmp_path: Path, ruleset: RuleSet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,13 +88,6 @@ def test_restart_startup_line_is_not_lost_to_sampling(
     assert sampled.cause is not None and sampled.cause.id == full.cause.id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a block's last progress-literal line need not be progress (a checkpoint message"
-    " holding 'Epoch'/'loss'): it is kept and every real step of the block dropped, so a job"
-    " whose NCCL_DEBUG=INFO set-up used up the 2,000 full picks and that then trained looks"
-    " like one that hung (forged hang-in-first-collective)",
-)
 def test_progress_after_a_chatty_start_is_not_lost_to_sampling(
     tmp_path: Path, ruleset: RuleSet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,11 +132,6 @@ def _read_job_output(tmp_path: Path, between=None):  # type: ignore[no-untyped-d
     return cov[("job_stdout", None)], cov["_lines"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="job output has no default read bound (job_output.max_bytes none): a user's"
-    " 'truncate -s 1T slurm-N.out' makes the worker read a terabyte of NULs (~6 s per GB)",
-)
 def test_a_sparse_job_output_does_not_hold_the_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -186,12 +168,6 @@ def test_a_sparse_job_output_does_not_hold_the_worker(
     assert not over, "read more than 512 MiB of a file with a few KiB on disk"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the reader re-opens the checked descriptor via /proc/self/fd and sniffs its magic"
-    " again: output rewritten as gzip after collect()'s 'not compressed' check is decompressed"
-    " (a bomb, and job_output.max_bytes only cuts plain files)",
-)
 def test_job_output_compressed_after_the_check_is_not_decompressed(tmp_path: Path) -> None:
     import gzip
 
@@ -207,11 +183,6 @@ def test_job_output_compressed_after_the_check_is_not_decompressed(tmp_path: Pat
     assert cov.bytes <= len(bomb) + 64  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sattr bundle copies the job output whole (copy_tail with no default cap): a"
-    " sparse 1 TiB slurm-N.out is written out densely into the admin's bundle directory",
-)
 def test_capture_of_a_sparse_job_output_is_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

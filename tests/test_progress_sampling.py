@@ -88,12 +88,12 @@ def test_sampling_helpers_agree_with_line_starts_on_any_bytes(data: bytes, want:
 
 
 def _events(path: Path, ruleset: RuleSet, *, full: int) -> tuple[list[Event], SourceReader]:
-    selectors, follow, notable, progress, heads = reading_plan(ruleset)
+    selectors, follow, notable, sampling, heads = reading_plan(ruleset)
     ctx = ReadContext(
         selectors=selectors,
         follow=follow,
         notable=notable,
-        progress=progress,
+        sampling=sampling,
         heads=heads,
         progress_lines=full,
     )
@@ -162,3 +162,20 @@ def test_a_diagnosis_sees_progress_after_the_error(tmp_path: Path, ruleset: Rule
     assert verdict.cause is not None and "illegal memory access" in json.dumps(
         dataclasses.asdict(verdict), default=str
     )
+
+
+def test_only_a_progress_rule_that_folds_into_one_event_may_be_sampled() -> None:
+    import yaml
+    from pydantic import ValidationError
+
+    from attribution.rules.schema import ExtractorRule
+
+    text = (Path(__file__).parents[1] / "rules/extract/job/job-progress.yaml").read_text()
+    rule = yaml.safe_load(text)
+    assert ExtractorRule.model_validate(rule).match.sampled
+    for change in ({"match": {"progress": False}}, {"emit": {"group_by": ["rank"]}}):
+        broken = {k: dict(v) if isinstance(v, dict) else v for k, v in rule.items()}
+        for key, values in change.items():
+            broken[key].update(values)
+        with pytest.raises(ValidationError, match=r"match\.sampled needs"):
+            ExtractorRule.model_validate(broken)

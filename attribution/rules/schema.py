@@ -171,6 +171,11 @@ class Match(Strict):
     # the lines it reads are the job's ordinary progress output (steps, bars, results): the
     # silence check before a time limit counts them as output, not as error messages
     progress: bool = False
+    # its lines are so many (a step line every second of a long run) and fold so completely
+    # (``group_by: []``) that past a file's first picks the reader parses only the last line of
+    # each block that the regex matches: the first, the last and progress after any other line
+    # are still seen (docs/performance.md, "How it is fast"). Only for ``progress`` extractors.
+    sampled: bool = False
     # reads lines NCCL prints at NCCL_DEBUG=INFO ("NCCL INFO ..."): they report what NCCL
     # tried and are never errors, so other event extractors do not see them (context
     # extractors always do)
@@ -289,6 +294,14 @@ class ExtractorRule(Header):
                 f"unknown stream(s) {bad}; use {sorted(known)}" if bad else "streams is empty"
             )
         return value
+
+    @model_validator(mode="after")
+    def _sampled_folds(self) -> ExtractorRule:
+        # a sampled extractor's lines are mostly not parsed: only one that is ordinary output
+        # and whose events all fold into one may be
+        if self.match.sampled and not (self.match.progress and self.emit.group_by == []):
+            raise ValueError("match.sampled needs match.progress and emit.group_by: []")
+        return self
 
     def stream_set(self) -> frozenset[Stream]:
         out: set[Stream] = set()

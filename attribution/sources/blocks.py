@@ -11,15 +11,22 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from attribution.model import CoverageNote, Stream
 from attribution.sources.clock import PROBE
 from attribution.sources.coverage import Span
 from attribution.sources.lastoutput import Tail
-from attribution.sources.reader import DECODE_ERRORS, LogHandle, ReadStats
-from attribution.sources.specs import EveryLine, LineSelector, ReadContext, SamplingSelector
+from attribution.sources.prefix import parse_prefix
+from attribution.sources.reader import DECODE_ERRORS, LogHandle, ReadStats, decode_line
+from attribution.sources.specs import (
+    EveryLine,
+    LineSelector,
+    ReadContext,
+    Sampler,
+    SamplingSelector,
+)
 from attribution.sources.window import (
     WINDOW_CHUNK,
     WINDOW_MAX,
@@ -31,7 +38,9 @@ from attribution.sources.window import (
 
 CHUNK = 8 << 20  # bytes read per block
 HEAD_LINES = 200  # lines at the start of a file always parsed (boot-time anchors)
+SAMPLE_TRIES = 64  # lines with a sampled literal but not its message passed over per block
 _VECTOR_COUNT = 1 << 20  # blocks at least this large count their newlines with numpy
+_FEW_PICKS = 256  # more picks in a large block: find every newline once, not per gap
 _NEWLINE = ord("\n")
 
 
@@ -66,9 +75,8 @@ def read_blocks(
     """
     selector = ctx.selectors.get(stream) or EveryLine()
     follow = ctx.follow.get(stream, 0)
-    progress = ctx.progress.get(stream)
+    sampler = ctx.sampling.get(stream)
     heads = ctx.heads.get(stream)
-    notable = ctx.notable.get(stream) or selector
     full_left = ctx.progress_lines  # picked lines parsed before progress lines are sampled
     sampled = 0  # blocks whose progress lines were sampled
     sampled_note = CoverageNote("progress_sampled", {"file": shown, "lines": full_left})
@@ -134,7 +142,7 @@ def read_blocks(
         block, carry = buf[:cut], buf[cut:]
         stats.bytes += len(block)
         lone = -1
-        if progress is None or not isinstance(selector, SamplingSelector):
+        if sampler is None or not isinstance(selector, SamplingSelector):
             starts = selector.line_starts(block)
         else:
             starts, upto = selector.first_line_starts(block, full_left)
@@ -143,8 +151,8 @@ def read_blocks(
                 # past the lines parsed in full: every other line, and the block's last
                 # progress line (so the first and last progress, and progress after any other
                 # line, are still seen)
-                starts += [s for s in notable.line_starts(block) if s >= upto]
-                last = progress.last_line_start(block, upto)
+                starts += [s for s in sampler.kept.line_starts(block) if s >= upto]
+                last = last_sampled(block, upto, sampler, ctx)
                 if last >= 0 and last not in starts:
                     starts.append(last)
                     lone = last  # no lines follow it: only multi-line extractors need them
@@ -156,17 +164,13 @@ def read_blocks(
         picked, owed = pick_lines(block, starts, follow, owed, head_left, lone, led)
         stats.truncated += sum(1 for _ in long_lines(block, max_line))
         stats.binary_lines += nul_lines(block)
-        newlines_in = newline_counter(block)
-        counted, pos = 0, 0  # newlines before the current pick: one pass over the block
-        for start, emit in picked:
-            counted += newlines_in(pos, start)
-            pos = start
+        before, newlines = newlines_before(block, [start for start, _ in picked])
+        for (start, emit), counted in zip(picked, before, strict=True):
             end = block.find(b"\n", start)
             raw = block[start : end if end >= 0 else len(block)]
             yield RawLine(
                 lineno + counted + 1 if known else 0, offset + start, raw[:max_line], emit
             )
-        newlines = counted + newlines_in(pos, len(block))
         n_lines = newlines + (0 if block.endswith(b"\n") else 1)
         tail_start = block.rfind(b"\n", 0, len(block) - 1) + 1
         if not picked or picked[-1][0] != tail_start:
@@ -193,6 +197,28 @@ def read_blocks(
                     span.add(past.last)
                     return
                 stop = None
+
+
+def last_sampled(block: bytes, low: int, sampler: Sampler, ctx: ReadContext) -> int:
+    """Start of the last line of ``block`` at or after ``low`` that a sampled extractor reads
+    (its literal occurs and its regex matches the text past the prefix), or -1. A line with
+    the literal but not the message (a checkpoint line that says "loss") is passed over; at
+    most ``SAMPLE_TRIES`` such lines are, so a block cannot make this costly."""
+    high: int | None = None
+    for _ in range(SAMPLE_TRIES):
+        start = sampler.sampled.last_line_start(block, low, high)
+        if start < 0:
+            return -1
+        end = block.find(b"\n", start)
+        raw = decode_line(block[start : end if end >= 0 else len(block)][: ctx.max_line])
+        try:
+            text = parse_prefix(raw, tz=ctx.tz, reference=ctx.reference).text
+        except Exception:  # a prefix the reader cannot read is read as plain text, as here
+            text = raw
+        if sampler.matches(text):
+            return start
+        high = start
+    return -1
 
 
 def _heads(block: bytes, starts: list[int], heads: LineSelector) -> set[int]:
@@ -248,16 +274,33 @@ def pick_lines(
     return sorted(chosen.items()), max(0, owed_next)
 
 
-def newline_counter(block: bytes) -> Callable[[int, int], int]:
-    """A function that counts the newlines of ``block[lo:hi]``: numpy's vector compare for a
-    large block (several times ``bytes.count``, which is about half of a read's cost), the
-    plain method for a small one (numpy is imported only when a large block is read)."""
+def newlines_before(block: bytes, starts: list[int]) -> tuple[list[int], int]:
+    """How many newlines of ``block`` lie before each of ``starts`` (ascending), and in all.
+
+    ``bytes.count`` is about half of a plain read's cost, so a large block counts with
+    numpy's vector compare: per gap between picks when they are few, else by finding every
+    newline once and looking each pick up. numpy is imported only when a large block is read.
+    """
     if len(block) < _VECTOR_COUNT:
-        return lambda lo, hi: block.count(b"\n", lo, hi)
+        out, counted, pos = [], 0, 0
+        for start in starts:
+            counted += block.count(b"\n", pos, start)
+            out.append(counted)
+            pos = start
+        return out, counted + block.count(b"\n", pos)
     import numpy
 
     data = numpy.frombuffer(block, numpy.uint8)
-    return lambda lo, hi: int(numpy.count_nonzero(data[lo:hi] == _NEWLINE))
+    if len(starts) > _FEW_PICKS:
+        where = numpy.flatnonzero(data == _NEWLINE)
+        found = numpy.searchsorted(where, numpy.asarray(starts, dtype=numpy.int64))
+        return [int(n) for n in found], len(where)
+    out, counted, pos = [], 0, 0
+    for start in starts:
+        counted += int(numpy.count_nonzero(data[pos:start] == _NEWLINE))
+        out.append(counted)
+        pos = start
+    return out, counted + int(numpy.count_nonzero(data[pos:] == _NEWLINE))
 
 
 def long_lines(block: bytes, max_line: int) -> Iterator[int]:

@@ -43,6 +43,7 @@ class SourceSpec:
     # "file": plain or compressed text; "journal": systemd journal files; "metrics": Prometheus
     # range query answers (``sources.metrics``)
     kind: str = "file"
+    plain: bool = False  # read the bytes as they are, never decompressed (job output)
 
     @property
     def trust_level(self) -> Trust:
@@ -57,12 +58,27 @@ class LineSelector(Protocol):
 
 @runtime_checkable
 class SamplingSelector(LineSelector, Protocol):
-    """A selector that can also stop after some lines and find a block's last hit
+    """A selector that can also stop after some lines and find the last hit before an offset
     (``attribution.scan.LiteralScanner``), for streams whose progress lines are sampled."""
 
     def first_line_starts(self, data: bytes, lines: int) -> tuple[list[int], int]: ...
 
-    def last_line_start(self, data: bytes, low: int = 0) -> int: ...
+    def last_line_start(self, data: bytes, low: int = 0, high: int | None = None) -> int: ...
+
+
+class Sampler(Protocol):
+    """How a stream's sampled lines are told apart (``attribution.scan.Sampling``):
+    ``sampled`` finds lines holding only sampled extractors' literals, ``kept`` the lines
+    of every other extractor, and ``matches`` says whether a line's text (its prefix peeled)
+    is one a sampled extractor reads."""
+
+    @property
+    def sampled(self) -> SamplingSelector: ...
+
+    @property
+    def kept(self) -> LineSelector: ...
+
+    def matches(self, text: str) -> bool: ...
 
 
 class EveryLine:
@@ -106,9 +122,10 @@ class ReadContext:
     # "not ordinary" lines); default: the selectors
     notable: Mapping[Stream, LineSelector] = field(default_factory=dict)
     follow: Mapping[Stream, int] = field(default_factory=dict)
-    # per stream with progress extractors: the literals only those read (``progress``), and
-    # how many picked lines of each file are parsed before progress lines are sampled
-    progress: Mapping[Stream, SamplingSelector] = field(default_factory=dict)
+    # per stream with sampled extractors (``match.sampled``: progress lines), how to tell
+    # their lines apart, and how many picked lines of each file are parsed before they are
+    # sampled
+    sampling: Mapping[Stream, Sampler] = field(default_factory=dict)
     progress_lines: int = PROGRESS_LINES
     # per stream, the lines that take ``follow`` lines after them (the literals of multi-line
     # extractors); a stream not here gives followers to every pick
