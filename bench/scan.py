@@ -209,7 +209,7 @@ JOB_LINES = [
 JOB_WEIGHTS = [30, 10, 25, 0.2, 20, 1, 4, 5]  # a communicator's set-up line is rare
 KERNEL_LINES = [
     '2026-05-20T{hh}:{mm}:{ss}.{us:06d}+00:00 gpu{n:03d} kernel: audit: type=1400 audit({i}.118:{c}): apparmor="STATUSONLY" profile="snap.lxd"',
-    "2026-05-20T{hh}:{mm}:{ss}.{us:06d}+00:00 gpu{n:03d} kernel: mlx5_core 0000:5c:00.0: mlx5e_port_module_event:{c}: Port module event: module 0, Cable plugged",
+    "2026-05-20T{hh}:{mm}:{ss}.{us:06d}+00:00 gpu{n:03d} kernel: perf: interrupt took too long ({i} > 2500), lowering kernel.perf_event_max_sample_rate to 79500",
     "2026-05-20T{hh}:{mm}:{ss}.{us:06d}+00:00 gpu{n:03d} systemd[1]: Started session-{i}.scope - Session {i} of User slurm.",
     "2026-05-20T{hh}:{mm}:{ss}.{us:06d}+00:00 gpu{n:03d} slurmd[2301]: launch task StepId={i}.0 request from UID:1001 GID:1001 HOST:10.0.0.1 PORT:51234",
 ]
