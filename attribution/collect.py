@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from attribution._yaml import load_yaml_file
 from attribution.config import Config
@@ -353,14 +353,7 @@ def copy_data(fd: int, max_bytes: int | None, dest: Path) -> int:
         copied = 0
         with open(dest, "wb") as out:
             for start, end in reversed(kept):
-                offset = start
-                while offset < end:
-                    chunk = os.pread(fd, min(_COPY_CHUNK, end - offset), offset)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    offset += len(chunk)
-                    copied += len(chunk)
+                copied += _copy_range(fd, out, start, end)
                 out.write(b"\n")
         return copied
     except OSError as exc:
@@ -375,22 +368,24 @@ def copy_tail(fd: int, max_bytes: int | None, dest: Path) -> int:
     """
     try:
         size = os.fstat(fd).st_size
-        if max_bytes is None:
-            max_bytes = size
-        start = max(size - max_bytes, 0)
-        copied = 0
+        start = 0 if max_bytes is None else max(size - max_bytes, 0)
         with open(dest, "wb") as out:
-            offset = start
-            while copied < max_bytes:
-                chunk = os.pread(fd, min(_COPY_CHUNK, max_bytes - copied), offset)
-                if not chunk:
-                    break
-                out.write(chunk)
-                copied += len(chunk)
-                offset += len(chunk)
-        return copied
+            return _copy_range(fd, out, start, size)
     except OSError as exc:
         raise Refused(f"cannot read: {exc.strerror}") from None
+
+
+def _copy_range(fd: int, out: BinaryIO, start: int, end: int) -> int:
+    """Copy bytes ``start`` to ``end`` of ``fd`` to ``out`` (less, if the file is shorter now);
+    returns how many were copied."""
+    offset = start
+    while offset < end:
+        chunk = os.pread(fd, min(_COPY_CHUNK, end - offset), offset)
+        if not chunk:
+            break
+        out.write(chunk)
+        offset += len(chunk)
+    return offset - start
 
 
 def _job_output(col: Collection, job: JobRecord, config: Config) -> None:
