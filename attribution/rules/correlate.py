@@ -8,13 +8,15 @@ root exists. Only events inside the job window (or untimed) take part.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from attribution.hostlist import compress, is_ip, short_name
-from attribution.model import Event, EventRole, Finding, JobRecord, Standing
+from attribution.model import JOB_STREAMS, Event, EventRole, Finding, JobRecord, Standing
 from attribution.rules.conditions import ROOT_ROLES, event_rank, selects
 from attribution.rules.schema import (
     CorrelationBase,
@@ -32,7 +34,11 @@ from attribution.rules.template import render
 
 @dataclass(slots=True)
 class Identity:
-    """What the logs tell us about who is who: rank -> node, address -> node."""
+    """What the logs tell us about who is who: rank -> node, address -> node.
+
+    Built one event at a time (``absorb``), as the events come: an ``EventCollector`` gives
+    it every event, also those whose detail it does not keep, and says how many more facts
+    its memory budget has room for."""
 
     rank_node: dict[int, str] = field(default_factory=dict)
     task_node: dict[int, str] = field(default_factory=dict)
@@ -40,6 +46,17 @@ class Identity:
     nodes: tuple[str, ...] = ()
     rank_task: dict[int, int] = field(default_factory=dict)  # from lines carrying both
     block: tuple[int, int] | None = None  # the ranks-per-task range those pairs allow
+    node_set: frozenset[str] = frozenset()  # ``nodes``, for membership
+    # while absorbing one event: how many more facts may be learnt (-1: any), how many were
+    # learnt and whether one was left out for want of room
+    _room: int = -1
+    _learnt: int = 0
+    _dropped: bool = False
+    _task_lists: set[tuple[str, str]] = field(default_factory=set)  # task lists learnt
+
+    def __post_init__(self) -> None:
+        if self.nodes and not self.node_set:
+            self.node_set = frozenset(self.nodes)
 
     def infer_block_layout(self) -> None:
         """Launchers that start one agent per node (torchrun under srun) number ranks in
@@ -78,9 +95,39 @@ class Identity:
         if is_ip(text):
             return None
         name = short_name(text)
-        if not self.nodes or name in self.nodes:
+        if not self.nodes or name in self.node_set:
             return name
         return None
+
+    def _put(self, mapping: dict[Any, Any], key: Any, value: Any) -> bool:
+        """``mapping.setdefault(key, value)`` while there is room; False once there is none."""
+        if key in mapping:
+            return True
+        if self._room == 0:
+            self._dropped = True
+            return False
+        mapping[key] = value
+        self._learnt += 1
+        if self._room > 0:
+            self._room -= 1
+        return True
+
+    def absorb(self, event: Event, room: int = -1) -> tuple[int, bool]:
+        """Learn what ``event`` tells of who is who, at most ``room`` new facts (-1: any).
+        Returns how many facts were learnt and whether any was left out for want of room."""
+        self._room, self._learnt, self._dropped = room, 0, False
+        if event.name.startswith("identity."):
+            self.learn(event)
+        elif "tasks" in event.fields:
+            self.learn_tasks(event)
+        elif "host" in event.fields and "rank" in event.fields:
+            self.learn_named_rank(event)
+        if event.task is not None and event.node and event.stream in JOB_STREAMS:
+            # a line carrying both an srun task label and its own host (NCCL prefix)
+            self._put(self.task_node, event.task, event.node)
+        if event.task is not None and event.rank is not None:
+            self._put(self.rank_task, event.rank, event.task)
+        return self._learnt, self._dropped
 
     def learn(self, event: Event) -> None:
         """Record identity facts carried by an ``identity.*`` event."""
@@ -91,25 +138,32 @@ class Identity:
         rank = event.fields.get("rank", event.rank)
         if event.name == "identity.rank" and rank is not None:
             try:
-                self.rank_node.setdefault(int(rank), node)
+                self._put(self.rank_node, int(rank), node)
             except (TypeError, ValueError):
                 return
         elif event.name == "identity.address" and event.fields.get("ip"):
-            self.address_node.setdefault(str(event.fields["ip"]), node)
+            self._put(self.address_node, str(event.fields["ip"]), node)
 
     def learn_named_rank(self, event: Event) -> None:
         """A summary line that names a rank's host (torchrun's "host : H / rank : R" block)."""
         host, rank = event.fields.get("host"), event.fields.get("rank")
         if host and isinstance(rank, int):
-            self.rank_node.setdefault(rank, short_name(str(host)))
+            self._put(self.rank_node, rank, short_name(str(host)))
 
     def learn_tasks(self, event: Event) -> None:
         """srun names the node of a task range ("srun: error: node7: tasks 8-15: ...")."""
         tasks = event.fields.get("tasks")
         if not tasks or not event.node:
             return
+        seen = (str(tasks), event.node)
+        if seen in self._task_lists:
+            return  # every task srun repeats a line for: learnt once
         for task in expand_ranges(str(tasks)):
-            self.task_node.setdefault(task, event.node)
+            if not self._put(self.task_node, task, event.node):
+                return
+        if len(self._task_lists) >= 4096:
+            self._task_lists.clear()
+        self._task_lists.add(seen)
 
     def node_of(self, event: Event) -> str | None:
         """The node an event with no node of its own came from, by rank or task id."""
@@ -134,23 +188,19 @@ def expand_ranges(text: str, limit: int = 100_000) -> list[int]:
     return out[:limit]
 
 
-def build_identity(job: JobRecord, events: Iterable[Event]) -> Identity:
+def job_identity(job: JobRecord) -> Identity:
+    """What the job record tells: its nodes and their addresses (before any log line)."""
     identity = Identity(nodes=job.nodes)
     for node, addresses in job.node_addresses.items():
         for address in addresses:
             identity.address_node.setdefault(address, node)
+    return identity
+
+
+def build_identity(job: JobRecord, events: Iterable[Event]) -> Identity:
+    identity = job_identity(job)
     for event in events:
-        if event.name.startswith("identity."):
-            identity.learn(event)
-        elif "tasks" in event.fields:
-            identity.learn_tasks(event)
-        elif "host" in event.fields and "rank" in event.fields:
-            identity.learn_named_rank(event)
-        if event.task is not None and event.node and event.stream.value.startswith("job"):
-            # a line carrying both an srun task label and its own host (NCCL prefix)
-            identity.task_node.setdefault(event.task, event.node)
-        if event.task is not None and event.rank is not None:
-            identity.rank_task.setdefault(event.rank, event.task)
+        identity.absorb(event)
     identity.infer_block_layout()
     return identity
 
@@ -206,13 +256,51 @@ def _mark(event: Event, role: str, rule: CorrelationBase) -> None:
         event.role = EventRole.ROOT
 
 
+def _cause_index(
+    rule: SequenceCorrelation, causes: Sequence[Event]
+) -> Callable[[Event], Iterable[int]]:
+    """Which of ``causes`` (their positions, in order) may pair with an effect: those a few
+    lines above it in its file (``within_lines``), on its node (``nodes: same``), else all.
+    Only a pre-selection: ``_sequence`` still checks each pair, so a flood of thousands of
+    causes and effects costs thousands of checks, not millions."""
+    if rule.within_lines is not None:
+        lines: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for i, cause in enumerate(causes):
+            if cause.source.line:
+                lines[cause.source.path].append((cause.source.line, i))
+        for rows in lines.values():
+            rows.sort()
+        reach = rule.within_lines
+
+        def above(effect: Event) -> Iterable[int]:
+            rows = lines.get(effect.source.path)
+            if not rows:
+                return ()
+            at = effect.source.line
+            lo = bisect_left(rows, (at - reach, -1))
+            hi = bisect_right(rows, (at, len(causes)))
+            return sorted(i for _, i in rows[lo:hi])
+
+        return above
+    if rule.nodes == "same":
+        nodes: dict[str, list[int]] = defaultdict(list)
+        for i, cause in enumerate(causes):
+            if cause.node is not None:
+                nodes[cause.node].append(i)
+        return lambda effect: nodes.get(effect.node, ()) if effect.node is not None else ()
+    every = range(len(causes))
+    return lambda _effect: every
+
+
 def _sequence(rule: SequenceCorrelation, events: Sequence[Event]) -> list[Finding]:
     causes = [e for e in events if selects(rule.cause, e)]
     effects = [e for e in events if selects(rule.effect, e)]
     paired: dict[int, list[Event]] = defaultdict(list)
     cause_by_seq = {}
-    for effect in effects:
-        for cause in causes:
+    candidates = _cause_index(rule, causes)
+    for effect in effects if causes else ():
+        for i in candidates(effect):
+            cause = causes[i]
             if cause is effect:
                 continue
             if _nodes_ok(cause, effect, rule.nodes) and _time_ok(cause, effect, rule):
@@ -499,10 +587,14 @@ def _suppress(rule: SuppressCorrelation, events: Sequence[Event], skew: float) -
         ]
     if not roots:
         return
+    by_node: dict[str | None, list[Event]] = defaultdict(list)
+    if rule.scope == "node":  # only a root of the symptom's own node can explain it
+        for root in roots:
+            by_node[root.node].append(root)
     for event in events:
         if event.demoted_by or not is_symptom(event):
             continue
-        for root in roots:
+        for root in by_node.get(event.node, ()) if rule.scope == "node" else roots:
             if root is event:
                 continue
             if rule.scope == "node" and root.node != event.node:
