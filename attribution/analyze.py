@@ -46,7 +46,7 @@ from attribution.model import (
 )
 from attribution.ownership import assess
 from attribution.rules.compiled import RuleSet
-from attribution.rules.correlate import build_identity, correlate
+from attribution.rules.correlate import correlate, job_identity
 from attribution.rules.diagnose import Candidate, Outcome, diagnose
 from attribution.rules.extract import EventCollector, Extractor, iter_with_following
 from attribution.timeutil import zone
@@ -56,6 +56,8 @@ ENGINE_VERSION = __version__
 # the "rule" of the events the engine makes from observations (ENGINE_EVENTS); bump the
 # version when what such an event holds changes
 LAST_OUTPUT_RULE = "job-output-last-line@3"  # was an extractor of a synthetic line up to @2
+# what the evidence kept of one job may use (estimated; config ``reading.evidence_memory``)
+EVIDENCE_MEMORY = 48 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,8 @@ class AnalysisOptions:
     end; node events outside count as context only. ``skew``: seconds of clock
     difference tolerated when ordering events from different nodes.
     ``per_key``/``per_rule_node``/``per_rule_ranks``/``max_events``: how many
-    distinct events are kept before repeats are folded into counts (the memory
+    distinct events are kept before repeats are folded into counts, and
+    ``evidence_memory`` the estimated bytes all that is kept may use (the memory
     bound; see ``EventCollector``). ``lookback``: seconds before
     the window in which a *persisting* fault (one that lasts until the node
     reboots, such as a failed Fabric Manager) still counts, unless the node
@@ -80,6 +83,7 @@ class AnalysisOptions:
     per_rule_node: int = 64
     per_rule_ranks: int = 16_384
     max_events: int = 500_000
+    evidence_memory: int = EVIDENCE_MEMORY
     max_chain: int = 40
     lookback: float = 86400.0
     # seconds around the job's start (and around other jobs' spans) within which node clocks
@@ -170,6 +174,8 @@ def extract_events(
         per_rule_node=options.per_rule_node,
         per_rule_ranks=options.per_rule_ranks,
         max_events=options.max_events,
+        budget=options.evidence_memory,
+        identity=job_identity(job),
     )
     lookahead = max((ex.rule.match.continuation for ex in ruleset.extractors), default=0)
     # untimed events wait for the next timed line of their file, which bounds their time
@@ -180,7 +186,7 @@ def extract_events(
             # a process that printed the job's own output (NCCL's host:pid:tid prefix)
             node = short_name(line.host) if line.host else line.node
             if node:
-                collector.pids.setdefault(node, set()).add(line.pid)
+                collector.note_pid(node, line.pid)
         if line.time is not None and path in pending:
             for event in pending.pop(path):
                 event.not_after = line.time
@@ -232,8 +238,9 @@ def analyze(
         ``coverage``.
     """
     collector = extract_events(job, lines, ruleset, options, silences)
-    identity = build_identity(job, collector.events)
-    events = [e for e in collector.events if not e.name.startswith("identity.")]
+    identity = collector.identity  # learnt from every event as it came
+    identity.infer_block_layout()
+    events = collector.events  # identity.* events are not kept: ``identity`` has what they say
     for event in events:
         if event.node is None:
             event.node = identity.node_of(event)
@@ -241,7 +248,7 @@ def analyze(
             event.node = job.nodes[0]
         pid = event.fields.get("pid")
         if event.stream in JOB_STREAMS and event.node and isinstance(pid, int):
-            collector.pids.setdefault(event.node, set()).add(pid)
+            collector.note_pid(event.node, pid)
     _carry_persisting(events, job, options)
     cov = list(coverage() if callable(coverage) else coverage)
     cov = _note_folded(cov, collector.folded_beyond)
@@ -800,9 +807,10 @@ def _coverage_counts(coverage: list[Coverage], events: list[Event]) -> list[Cove
     out = []
     for c in coverage:
         key = (c.stream.value, c.node)
-        out.append(
-            dataclasses.replace(c, untimed=untimed.get(key, 0), outside_window=outside.get(key, 0))
-        )
+        counts = (untimed.get(key, 0), outside.get(key, 0))
+        if counts != (c.untimed, c.outside_window):  # one copy of 12,500 nodes' entries, not two
+            c = dataclasses.replace(c, untimed=counts[0], outside_window=counts[1])
+        out.append(c)
     return out
 
 

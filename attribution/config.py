@@ -176,8 +176,10 @@ class Reading(_Strict):
     from the start. The memory bound (peak RSS under 256 MiB with the defaults,
     docs/performance.md): ``max_line``: longer lines are cut (bytes);
     ``max_events``: distinct events kept per job; ``max_ranks``: distinct ranks
-    kept per extractor and node. Beyond the last two, signals are still counted
-    and coverage says their detail was dropped.
+    kept per extractor and node; ``evidence_memory``: what the kept events and what
+    they tell of ranks and processes may use in all (estimated bytes; job output may
+    use three quarters of it, so it never crowds out node logs). Beyond these,
+    signals are still counted and coverage says their detail was dropped.
     """
 
     engine: Literal["auto", "hyperscan", "re2", "python"] = "auto"
@@ -186,6 +188,7 @@ class Reading(_Strict):
     max_line: ByteSize = Field(default=ByteSize(64 * 1024), ge=1024)
     max_events: int = Field(default=500_000, ge=1_000)
     max_ranks: int = Field(default=16_384, ge=64)
+    evidence_memory: ByteSize = Field(default=ByteSize(48 << 20), ge=4 << 20)
 
 
 class Retries(_Strict):

@@ -640,8 +640,9 @@ COVERAGE_NOTES: Mapping[str, str] = {
     "ownership_unchecked": "ownership not checked: {why}",
     "slurm_fields_missing": "this Slurm's sacct has no {fields}: the job record was read"
     " without them",
-    "folded": "{count} signal(s) beyond the per-node bound of distinct ranks or events were"
-    " counted, but their rank and field detail was not kept",
+    "folded": "{count} signal(s) beyond the bounds of distinct ranks, events or memory"
+    " (reading.max_ranks, max_events, evidence_memory) were counted, but their rank and field"
+    " detail was not kept",
     # GPU metrics (docs/metrics.md)
     "metrics_read": "{series} series, {samples} samples read",
     "metrics_no_series": "no series for this node in the job's window (no exporter there, or its"

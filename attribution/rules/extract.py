@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections import OrderedDict, defaultdict, deque
+import sys
+from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
@@ -20,13 +21,24 @@ import ahocorasick
 from humanfriendly import InvalidSize, parse_size
 
 from attribution.hostlist import HostlistError, expand, short_name
-from attribution.model import DEFAULT_TRUST, Event, EventRole, LogLine, Severity, Stream, Trust
+from attribution.model import (
+    DEFAULT_TRUST,
+    JOB_STREAMS,
+    Event,
+    EventRole,
+    LogLine,
+    Severity,
+    Stream,
+    Trust,
+)
 from attribution.rules.compiled import CompiledExtractor, RuleSet
+from attribution.rules.correlate import Identity
 from attribution.rules.schema import FieldSpec
 from attribution.rules.template import placeholders, render
 from attribution.timeutil import parse_iso
 
 MAX_TEXT = 600
+MAX_FIELD = 4096  # characters of one field value kept (the rest cut, like ``MAX_TEXT``)
 REGEX_BUDGET = 0.25  # seconds one extractor's regex may spend on one line
 _UNSEEN = object()
 MAX_RULE_TIMEOUTS = 20  # lines one extractor may run out of time on before it is given up (5 s),
@@ -134,6 +146,7 @@ class Extractor:
         self._matches: dict[tuple[str, str], Any] = {}
         self._severity: dict[str, Severity] = {}
         self._cleared_by = {ex.id: tuple(ex.rule.emit.cleared_by) for ex in ruleset.extractors}
+        self._refs = {ex.id: ex.rule.ref for ex in ruleset.extractors}  # one string each
         self._label_names: dict[str, tuple[str, ...]] = {}
         self._labels: dict[tuple[Any, ...], str] = {}
         self._matchers: dict[Stream, _StreamMatcher] = {}
@@ -236,6 +249,14 @@ class Extractor:
                 fields[name] = _convert(m.group(found) if found else None, spec)
         for name, (top, bottom) in ratios:
             fields[name] = _ratio(fields.get(top), fields.get(bottom))
+        for name, value in fields.items():
+            if isinstance(value, str):
+                # a flood repeats its peers and states: one copy of each short value; a long
+                # one is cut (the line may be 64 KiB)
+                if len(value) <= 64:
+                    fields[name] = sys.intern(value)
+                elif len(value) > MAX_FIELD:
+                    fields[name] = value[:MAX_FIELD] + "…"
         role = emit.role
         persists = emit.persists
         severity = self._severity.get(ex.id)
@@ -246,7 +267,7 @@ class Extractor:
             if row is not None:
                 for column, value in row.items():
                     if column != emit.lookup.key or emit.lookup.prefix:
-                        fields[emit.lookup.prefix + column] = value
+                        fields[sys.intern(emit.lookup.prefix + column)] = value
                 wanted = row.get(emit.lookup.role_from) if emit.lookup.role_from else None
                 if wanted in _ROLE_VALUES:
                     role = EventRole(wanted)
@@ -286,9 +307,11 @@ class Extractor:
         if when is None and emit.time_field and fields.get(emit.time_field):
             when = parse_iso(str(fields[emit.time_field]), self.tz)
         text = line.text if len(line.text) <= MAX_TEXT else line.text[:MAX_TEXT] + "…"
+        if node is not None:
+            node = sys.intern(node)
         return Event(
             name=emit.event,
-            rule=ex.rule.ref,
+            rule=self._refs[ex.id],
             stream=line.stream,
             node=node,
             time=when,
@@ -311,9 +334,25 @@ class Extractor:
         )
 
 
-@dataclass(slots=True)
-class _Slot:
-    events: list[Event] = field(default_factory=list)
+# The job-wide memory bound (docs/performance.md, "Bounded memory"): what a kept event costs is
+# estimated, and the events of one job may cost at most ``budget`` bytes in all.
+EVENT_COST = 1024  # an event beyond its strings: the object, its fields dict, keys, list slots
+FIELD_COST = 64  # one field beyond its string's characters
+FACT_COST = 128  # one learnt identity fact (rank -> node, task -> node, ...) or job pid
+TRUSTED_RESERVE = 4  # 1/4 of the budget only trusted sources' events may use
+RULE_SHARE = 4  # one extractor keeps at most 1/4 of what its side may use
+RULE_FLOOR = 16  # each extractor's first events of each side are kept even over the budget
+FOLDED_PLACES = 4096  # (stream, node) places ``folded_beyond`` names before it says "any node"
+_FACTS = "identity facts"  # the budget's name for what ``Identity`` learns
+_PIDS = "job pids"
+
+
+def event_cost(event: Event) -> int:
+    """What keeping ``event`` is estimated to cost, in bytes (``EventCollector`` budget)."""
+    cost = EVENT_COST + len(event.text)
+    for value in event.fields.values():
+        cost += FIELD_COST + (len(value) if isinstance(value, str) else 0)
+    return cost
 
 
 class EventCollector:
@@ -322,11 +361,20 @@ class EventCollector:
     Per (extractor, node, rank, task, identity fields) at most ``per_key`` events
     are kept; per (extractor, node, rank, task) at most ``per_rule_node`` distinct
     field combinations; per (extractor, node) at most ``per_rule_ranks`` distinct
-    ranks/tasks; at most ``max_events`` in all. Anything beyond is added to the
-    count of the last kept event of that key (or of that extractor on that node), so
-    counts and first/last times stay exact while memory stays bounded.
-    ``folded_beyond`` counts, per (stream, node), the events folded by the last two
-    bounds: their rank and field detail is lost, and ``analyze`` says so in coverage.
+    ranks/tasks; at most ``max_events`` in all, whose estimated size (``event_cost``) is at
+    most ``budget`` bytes. Of the budget, untrusted sources' events (job output, general
+    syslog) may use three quarters and trusted sources' all of it, so that job output never
+    crowds out node-side evidence; one extractor keeps at most a quarter of what its side may
+    use, and its first ``RULE_FLOOR`` events of each side are kept whatever the budget (so a
+    flood of one message cannot hide a root cause printed after it). Anything beyond is added
+    to the count of the last kept event of that key (or of that extractor on that node), so
+    counts and first/last times stay exact while memory stays bounded. ``folded_beyond``
+    counts, per (stream, node), the events folded by the bounds other than ``per_key``: their
+    rank and field detail is lost, and ``analyze`` says so in coverage.
+
+    ``identity`` (see ``correlate.Identity``) learns who is who from every event as it comes,
+    folded or not, within the same budget; ``identity.*`` events are not kept. ``pids`` are
+    the processes that printed the job's own output (``note_pid``), within the budget too.
     """
 
     def __init__(
@@ -339,7 +387,9 @@ class EventCollector:
         per_rule_node: int = 64,
         per_rule_ranks: int = 16_384,
         max_events: int = 500_000,
+        budget: int = 48 << 20,
         dedupe_memory: int = 100_000,
+        identity: Identity | None = None,
     ) -> None:
         self._group_by: dict[str, list[str] | None] = {
             ex.rule.ref: ex.rule.emit.group_by for ex in ruleset.extractors
@@ -350,14 +400,26 @@ class EventCollector:
         self.per_rule_node = per_rule_node
         self.per_rule_ranks = per_rule_ranks
         self.max_events = max_events
+        self.budget = budget
         self.folded_beyond: dict[tuple[Stream, str | None], int] = defaultdict(int)
         # lines an extractor's regex could not finish on (see Extractor.timeouts)
         self.regex_timeouts: dict[tuple[Stream, str | None, str], int] = {}
-        self._keys: dict[tuple[Any, ...], _Slot] = {}
-        self._rule_node_keys: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
-        self._rule_ranks: dict[tuple[Any, ...], int] = defaultdict(int)
+        self.identity = identity if identity is not None else Identity()
+        # the budget: estimated bytes used by each side (trusted or not), and by each
+        # extractor (or fact kind) on each side, with how many events it kept there
+        self.used = {True: 0, False: 0}
+        self._rule_used: dict[tuple[str, bool], int] = defaultdict(int)
+        self._rule_kept: dict[tuple[str, bool], int] = defaultdict(int)
+        # (rule, node, rank, task, in_window) -> the events of one identity-field combination;
+        # the same prefix -> [distinct combinations, the last one's events]
+        self._keys: dict[tuple[Any, ...], list[Event]] = {}
+        self._rule_node: dict[tuple[Any, ...], list[Any]] = {}
+        self._rule_ranks: dict[tuple[Any, ...], int] = {}
         self._last_of_rule: dict[tuple[str, str | None], Event] = {}
-        self._seen: OrderedDict[tuple[Any, ...], bool] = OrderedDict()
+        # kernel lines seen, for the kern.log/syslog duplicates: a hash of each, in two
+        # generations of at most half of ``dedupe_memory`` (the older one is dropped whole)
+        self._seen: dict[int, bool] = {}
+        self._seen_before: dict[int, bool] = {}
         self._dedupe_memory = dedupe_memory
         self.events: list[Event] = []
         self.seq = 0
@@ -373,11 +435,77 @@ class EventCollector:
             return False
         return not (end is not None and when > end)
 
+    def room(self, trusted: bool, what: str, cost: int) -> bool:
+        """May something of ``what`` (an extractor's ref, or a kind of fact) that costs
+        ``cost`` bytes be kept from a ``trusted`` (or untrusted) source? Counts it if so."""
+        untrusted = self.budget - self.budget // TRUSTED_RESERVE
+        # trusted sources may use what untrusted ones left: never less than the reserve (what
+        # untrusted extractors kept over their share, by the floor, is not taken from it)
+        share = self.budget - min(self.used[False], untrusted) if trusted else untrusted
+        key = (what, trusted)
+        if self._rule_kept[key] >= RULE_FLOOR or what in (_FACTS, _PIDS):
+            if self.used[trusted] + cost > share:
+                return False
+            if not trusted and self.used[True] + self.used[False] + cost > self.budget:
+                return False
+            limit = self.budget if trusted else untrusted
+            if self._rule_used[key] + cost > limit // RULE_SHARE:
+                return False
+        self.used[trusted] += cost
+        self._rule_used[key] += cost
+        self._rule_kept[key] += 1
+        return True
+
+    def note_pid(self, node: str, pid: int) -> None:
+        """A process ``pid`` on ``node`` printed the job's own output (untrusted). Only the
+        job's nodes are kept (when they are known): no other node's log is read."""
+        known = self.pids.get(node)
+        if known is not None and pid in known:
+            return
+        nodes = self.identity.node_set
+        if nodes and node not in nodes:
+            return
+        cost = FACT_COST if known is not None else 4 * FACT_COST  # a node's set is more
+        if not self.room(False, _PIDS, cost):
+            return  # not counted as folded: a pid is no signal
+        if known is None:
+            known = self.pids[node] = set()
+        known.add(pid)
+
+    def _fold_beyond(self, event: Event) -> None:
+        node = None if event.stream in JOB_STREAMS else event.node
+        key = (event.stream, node)
+        if key not in self.folded_beyond and len(self.folded_beyond) >= FOLDED_PLACES:
+            key = (event.stream, None)
+        self.folded_beyond[key] += event.count
+
+    def _learn(self, event: Event) -> None:
+        trusted = event.trusted
+        untrusted = self.budget - self.budget // TRUSTED_RESERVE
+        if trusted:
+            spare = self.budget - min(self.used[False], untrusted) - self.used[True]
+            spare = min(spare, self.budget // RULE_SHARE - self._rule_used[(_FACTS, True)])
+        else:
+            spare = min(
+                untrusted - self.used[False],
+                self.budget - self.used[True] - self.used[False],
+                untrusted // RULE_SHARE - self._rule_used[(_FACTS, False)],
+            )
+        learnt, dropped = self.identity.absorb(event, room=max(0, spare) // FACT_COST)
+        if learnt:
+            self.used[trusted] += learnt * FACT_COST
+            self._rule_used[(_FACTS, trusted)] += learnt * FACT_COST
+        if dropped:
+            self._fold_beyond(event)
+
     def add(self, event: Event) -> None:
         """Add one event (folding repeats)."""
         self.total += 1
         event.in_window = self._in_window(event.time)
         event.during_job = during(event.time, self.span)
+        self._learn(event)
+        if event.name.startswith("identity."):
+            return  # what it says is in ``identity``; the event itself is never evidence
         if event.time is not None and event.stream in (Stream.KERNEL, Stream.SYSLOG):
             # the same kernel line often reaches both kern.log and syslog: keep one copy, the
             # one from the more trusted source (an untrusted copy kept first is dropped later,
@@ -386,43 +514,50 @@ class EventCollector:
             for stream in (Stream.KERNEL, Stream.SYSLOG):
                 if stream is event.stream:
                     continue
-                first = self._seen.get((*dkey, stream))
+                other = hash((*dkey, stream))
+                first = self._seen.get(other, self._seen_before.get(other))
                 if first is not None and (first or not event.trusted):
                     return
-            self._seen[(*dkey, event.stream)] = event.trusted
-            if len(self._seen) > self._dedupe_memory:
-                self._seen.popitem(last=False)
+            self._seen[hash((*dkey, event.stream))] = event.trusted
+            if len(self._seen) > self._dedupe_memory // 2:
+                self._seen_before, self._seen = self._seen, {}
         group = self._group_by.get(event.rule)
         names = group if group is not None else sorted(event.fields)
         ident = tuple(_hashable(event.fields.get(n)) for n in names)
-        key = (event.rule, event.node, event.rank, event.task, event.in_window, ident)
-        slot = self._keys.get(key)
         rn_key = (event.rule, event.node, event.rank, event.task, event.in_window)
+        key = (rn_key, ident)
+        slot = self._keys.get(key)
         if slot is None:
-            keys = self._rule_node_keys.get(rn_key)
-            if keys is not None and len(keys) >= self.per_rule_node:
-                self._fold(self._keys[keys[-1]].events[-1], event)
+            known = self._rule_node.get(rn_key)
+            if known is not None and known[0] >= self.per_rule_node:
+                self._fold(known[1][-1], event)
                 return
             ranks_key = (event.rule, event.node, event.in_window)
-            crowded = keys is None and self._rule_ranks[ranks_key] >= self.per_rule_ranks
-            if crowded or len(self.events) >= self.max_events:
+            crowded = known is None and self._rule_ranks.get(ranks_key, 0) >= self.per_rule_ranks
+            if (
+                crowded
+                or len(self.events) >= self.max_events
+                or not self.room(event.trusted, event.rule, event_cost(event))
+            ):
                 last = self._last_of_rule.get((event.rule, event.node))
                 if last is not None:
                     self._fold(last, event)
-                self.folded_beyond[(event.stream, event.node)] += event.count
+                self._fold_beyond(event)
                 return
-            if keys is None:
-                keys = self._rule_node_keys[rn_key] = []
-                self._rule_ranks[ranks_key] += 1
-            slot = _Slot()
-            self._keys[key] = slot
-            keys.append(key)
-        if len(slot.events) >= self.per_key:
-            self._fold(slot.events[-1], event)
+            if known is None:
+                known = self._rule_node[rn_key] = [0, None]
+                self._rule_ranks[ranks_key] = self._rule_ranks.get(ranks_key, 0) + 1
+            slot = self._keys[key] = []
+            known[0] += 1
+            known[1] = slot
+        elif len(slot) >= self.per_key or not self.room(
+            event.trusted, event.rule, event_cost(event)
+        ):
+            self._fold(slot[-1], event)  # a repeat: its detail is that of the one kept
             return
         event.seq = self.seq
         self.seq += 1
-        slot.events.append(event)
+        slot.append(event)
         self.events.append(event)
         self._last_of_rule[(event.rule, event.node)] = event
 
