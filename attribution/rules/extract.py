@@ -365,8 +365,9 @@ class EventCollector:
     most ``budget`` bytes. Of the budget, untrusted sources' events (job output, general
     syslog) may use three quarters and trusted sources' all of it, so that job output never
     crowds out node-side evidence; one extractor keeps at most a quarter of what its side may
-    use, and its first ``RULE_FLOOR`` events of each side are kept whatever the budget (so a
-    flood of one message cannot hide a root cause printed after it). Anything beyond is added
+    use (but its first event on each of the job's nodes only counts against the side's), and
+    its first ``RULE_FLOOR`` events of each side are kept whatever the budget (so a flood of
+    one message cannot hide a root cause printed after it). Anything beyond is added
     to the count of the last kept event of that key (or of that extractor on that node), so
     counts and first/last times stay exact while memory stays bounded. ``folded_beyond``
     counts, per (stream, node), the events folded by the bounds other than ``per_key``: their
@@ -435,9 +436,12 @@ class EventCollector:
             return False
         return not (end is not None and when > end)
 
-    def room(self, trusted: bool, what: str, cost: int) -> bool:
+    def room(self, trusted: bool, what: str, cost: int, new_node: bool = False) -> bool:
         """May something of ``what`` (an extractor's ref, or a kind of fact) that costs
-        ``cost`` bytes be kept from a ``trusted`` (or untrusted) source? Counts it if so."""
+        ``cost`` bytes be kept from a ``trusted`` (or untrusted) source? Counts it if so.
+        ``new_node``: the extractor's first event on one of the job's nodes, which only its
+        side's share bounds (a switch that fails takes the links of all 4,096 nodes down: which
+        nodes saw it matters more than a fifth link of the first node)."""
         untrusted = self.budget - self.budget // TRUSTED_RESERVE
         # trusted sources may use what untrusted ones left: never less than the reserve (what
         # untrusted extractors kept over their share, by the floor, is not taken from it)
@@ -449,7 +453,7 @@ class EventCollector:
             if not trusted and self.used[True] + self.used[False] + cost > self.budget:
                 return False
             limit = self.budget if trusted else untrusted
-            if self._rule_used[key] + cost > limit // RULE_SHARE:
+            if not new_node and self._rule_used[key] + cost > limit // RULE_SHARE:
                 return False
         self.used[trusted] += cost
         self._rule_used[key] += cost
@@ -534,10 +538,14 @@ class EventCollector:
                 return
             ranks_key = (event.rule, event.node, event.in_window)
             crowded = known is None and self._rule_ranks.get(ranks_key, 0) >= self.per_rule_ranks
+            new_node = (
+                event.node in self.identity.node_set
+                and (event.rule, event.node) not in self._last_of_rule
+            )
             if (
                 crowded
                 or len(self.events) >= self.max_events
-                or not self.room(event.trusted, event.rule, event_cost(event))
+                or not self.room(event.trusted, event.rule, event_cost(event), new_node)
             ):
                 last = self._last_of_rule.get((event.rule, event.node))
                 if last is not None:
