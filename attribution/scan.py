@@ -120,7 +120,7 @@ def _compile_hyperscan(literals: list[Literal]) -> Any:
 
 # A reading plan compiles one hyperscan database per distinct literal set (about 30 ms of CPU for
 # the shipped rules), at every CLI start. ``_Databases`` keeps them in the user's cache directory
-# (``attribution.rules.cache``: same place, same ownership and permission checks, same
+# (``attribution.usercache``: same place, same ownership and permission checks, same
 # ATTRIBUTION_RULES_CACHE switch) in one file per ruleset digest: an entry per literal set, keyed
 # by the set's SHA-256, under a header keyed by the file format, attribution's version, this
 # module's size and mtime, the hyperscan binding's version and the machine. Entries are loaded
@@ -208,7 +208,7 @@ class _Databases:
     def _load(self, key: bytes) -> Any:
         import hyperscan
 
-        from attribution.rules import cache
+        from attribution import usercache as cache
 
         directory = cache.cache_dir()
         if directory is None:
@@ -221,21 +221,21 @@ class _Databases:
             except FileNotFoundError:
                 pass
             except Exception as exc:  # a cache problem is never the command's problem
-                cache._debug(f"{directory / self.name}: not used: {type(exc).__name__}: {exc}")
+                cache.debug(f"{directory / self.name}: not used: {type(exc).__name__}: {exc}")
         blob = self._stored.get(key)
         if blob is None:
             return None
         try:
             return hyperscan.loadb(blob, hyperscan.HS_MODE_BLOCK)
         except Exception as exc:  # another hyperscan library or CPU: compile
-            cache._debug(f"{self.name}: a database not used: {type(exc).__name__}: {exc}")
+            cache.debug(f"{self.name}: a database not used: {type(exc).__name__}: {exc}")
             del self._stored[key]
             return None
 
     def _compile_missing(self) -> None:
         import hyperscan
 
-        from attribution.rules import cache
+        from attribution import usercache as cache
 
         for key, literals in self._wanted.items():
             if key not in self._made:
@@ -251,7 +251,7 @@ class _Databases:
             self._stored = entries
             _prune(directory)
         except Exception as exc:
-            cache._debug(f"{directory / self.name}: not saved: {type(exc).__name__}: {exc}")
+            cache.debug(f"{directory / self.name}: not saved: {type(exc).__name__}: {exc}")
 
 
 def _prune(directory: Path) -> None:
