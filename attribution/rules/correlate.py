@@ -112,6 +112,17 @@ class Identity:
             self._room -= 1
         return True
 
+    @staticmethod
+    def tells(event: Event) -> bool:
+        """Does ``event`` carry anything ``absorb`` learns from?"""
+        fields = event.fields
+        return (
+            event.task is not None
+            or event.name.startswith("identity.")
+            or "tasks" in fields
+            or ("host" in fields and "rank" in fields)
+        )
+
     def absorb(self, event: Event, room: int = -1) -> tuple[int, bool]:
         """Learn what ``event`` tells of who is who, at most ``room`` new facts (-1: any).
         Returns how many facts were learnt and whether any was left out for want of room."""

@@ -484,6 +484,8 @@ class EventCollector:
         self.folded_beyond[key] += event.count
 
     def _learn(self, event: Event) -> None:
+        if not Identity.tells(event):
+            return
         trusted = event.trusted
         untrusted = self.budget - self.budget // TRUSTED_RESERVE
         if trusted:
