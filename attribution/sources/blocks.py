@@ -8,10 +8,11 @@ leaves) ends a line, and a line longer than ``max_line`` is cut and the rest dro
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from attribution.model import CoverageNote, Stream
@@ -78,7 +79,7 @@ def read_blocks(
     sampler = ctx.sampling.get(stream)
     heads = ctx.heads.get(stream)
     full_left = ctx.progress_lines  # picked lines parsed before progress lines are sampled
-    sampled = 0  # blocks whose progress lines were sampled
+    sampled = False  # whether progress lines of this file were sampled (noted once)
     sampled_note = CoverageNote("progress_sampled", {"file": shown, "lines": full_left})
     base = 0
     target = window_start(ctx) if windowed and isinstance(handle, io.FileIO) else None
@@ -141,7 +142,6 @@ def read_blocks(
             continue
         block, carry = buf[:cut], buf[cut:]
         stats.bytes += len(block)
-        lone = -1
         if sampler is None or not isinstance(selector, SamplingSelector):
             starts = selector.line_starts(block)
         else:
@@ -153,15 +153,14 @@ def read_blocks(
                 # line, are still seen)
                 starts += [s for s in sampler.kept.line_starts(block) if s >= upto]
                 last = last_sampled(block, upto, sampler, ctx)
-                if last >= 0 and last not in starts:
+                if last >= 0:
                     starts.append(last)
-                    lone = last  # no lines follow it: only multi-line extractors need them
                 starts = sorted(set(starts))
                 if not sampled:
                     notes.append(sampled_note)
-                sampled += 1
+                sampled = True
         led = None if heads is None else _heads(block, starts, heads) if follow else set()
-        picked, owed = pick_lines(block, starts, follow, owed, head_left, lone, led)
+        picked, owed = pick_lines(block, starts, follow, owed, head_left, led)
         stats.truncated += sum(1 for _ in long_lines(block, max_line))
         stats.binary_lines += nul_lines(block)
         before, newlines = newlines_before(block, [start for start, _ in picked])
@@ -238,12 +237,11 @@ def pick_lines(
     follow: int,
     owed: int,
     head_left: int,
-    lone: int = -1,
     led: set[int] | None = None,
 ) -> tuple[list[tuple[int, bool]], int]:
     """Line starts to parse (``starts``, the selector's picks, and the lines around them),
     each with whether to emit it; and followers owed onward. Only the picks in ``led`` (all,
-    when it is None) take followers, and never the pick at ``lone``."""
+    when it is None) take followers."""
     chosen: dict[int, bool] = {}
     # lines owed from the previous block, and the file head (anchors only)
     pos, n = 0, 0
@@ -259,7 +257,7 @@ def pick_lines(
     left = 0
     for start in starts:
         chosen[start] = True
-        if start == lone or (led is not None and start not in led):
+        if led is not None and start not in led:
             continue
         pos, k = start, 0
         while k < follow:
@@ -281,26 +279,27 @@ def newlines_before(block: bytes, starts: list[int]) -> tuple[list[int], int]:
     numpy's vector compare: per gap between picks when they are few, else by finding every
     newline once and looking each pick up. numpy is imported only when a large block is read.
     """
+    count: Callable[[int, int], int]
     if len(block) < _VECTOR_COUNT:
-        out, counted, pos = [], 0, 0
-        for start in starts:
-            counted += block.count(b"\n", pos, start)
-            out.append(counted)
-            pos = start
-        return out, counted + block.count(b"\n", pos)
-    import numpy
+        count = functools.partial(block.count, b"\n")
+    else:
+        import numpy
 
-    data = numpy.frombuffer(block, numpy.uint8)
-    if len(starts) > _FEW_PICKS:
-        where = numpy.flatnonzero(data == _NEWLINE)
-        found = numpy.searchsorted(where, numpy.asarray(starts, dtype=numpy.int64))
-        return [int(n) for n in found], len(where)
+        data = numpy.frombuffer(block, numpy.uint8)
+        if len(starts) > _FEW_PICKS:
+            where = numpy.flatnonzero(data == _NEWLINE)
+            found = numpy.searchsorted(where, numpy.asarray(starts, dtype=numpy.int64))
+            return [int(n) for n in found], len(where)
+
+        def count(lo: int, hi: int) -> int:
+            return int(numpy.count_nonzero(data[lo:hi] == _NEWLINE))
+
     out, counted, pos = [], 0, 0
     for start in starts:
-        counted += int(numpy.count_nonzero(data[pos:start] == _NEWLINE))
+        counted += count(pos, start)
         out.append(counted)
         pos = start
-    return out, counted + int(numpy.count_nonzero(data[pos:] == _NEWLINE))
+    return out, counted + count(pos, len(block))
 
 
 def long_lines(block: bytes, max_line: int) -> Iterator[int]:
