@@ -46,6 +46,7 @@ from attribution.model import (
 )
 from attribution.ownership import assess
 from attribution.rules.compiled import RuleSet
+from attribution.rules.conditions import timeouts_recorded
 from attribution.rules.correlate import correlate, job_identity
 from attribution.rules.diagnose import Candidate, Outcome, diagnose
 from attribution.rules.extract import EventCollector, Extractor, iter_with_following
@@ -270,23 +271,25 @@ def analyze(
     # correlation also sees the node's earlier state (a reboot before the start explains the
     # link noise that followed it), but only cause-standing events may be its roots
     history_too = [e for e in active if e.standing is Standing.CAUSE or e.earlier]
-    findings = correlate(ruleset.correlations, history_too, job, identity, skew=options.skew)
     passed = job_passed(job)
     cov = _note_ownership(cov, job, assessment.notes)
     cov = _note_fields_missing(cov, job)
-    outcome = (
-        Outcome(None, [], [])
-        if passed
-        else diagnose(
-            ruleset.diagnoses,
-            causes,
-            findings,
-            job,
-            skew=options.skew,
-            coverage=cov,
-            support=support,
+    with timeouts_recorded() as slow:
+        findings = correlate(ruleset.correlations, history_too, job, identity, skew=options.skew)
+        outcome = (
+            Outcome(None, [], [])
+            if passed
+            else diagnose(
+                ruleset.diagnoses,
+                causes,
+                findings,
+                job,
+                skew=options.skew,
+                coverage=cov,
+                support=support,
+            )
         )
-    )
+    cov = _note_condition_timeouts(cov, slow)
     return _verdict(
         job,
         ruleset,
@@ -405,7 +408,17 @@ def _verdict(
         )
         responsible = _union(r for c in everyone for r in c.responsible)
         suspects = _union(r for c in everyone for r in c.suspects)
-        action = " / ".join(dict.fromkeys(c.action for c in everyone if c.action)) or None
+        # an unconfirmed candidate's own action (a drain) never stands: its "check first" does
+        action = (
+            " / ".join(
+                dict.fromkeys(
+                    _unconfirmed_action(c.suspects, [c]) if c.unconfirmed else c.action or ""
+                    for c in everyone
+                    if c.action or c.unconfirmed
+                )
+            )
+            or None
+        )
         if suspects and not responsible:
             action = _unconfirmed_action(suspects, everyone)
     else:
@@ -769,6 +782,29 @@ def _note_folded(
         count = per_source.get((c.stream, c.node), 0)
         if count:
             c = c.noted(CoverageNote("folded", {"count": count}))
+        out.append(c)
+    return out
+
+
+def _note_condition_timeouts(
+    coverage: list[Coverage], slow: Mapping[tuple[str | None, str | None, str], int]
+) -> list[Coverage]:
+    """Say in coverage which events a condition's pattern could not test in time: on the
+    source of the event, or on every entry read for job and finding conditions."""
+    if not slow:
+        return coverage
+    notes: dict[tuple[str | None, str | None], list[CoverageNote]] = defaultdict(list)
+    for (stream, node, pattern), count in sorted(slow.items(), key=str):
+        key = (stream, None if stream is None or Stream(stream) in JOB_STREAMS else node)
+        shown = pattern if len(pattern) <= 60 else pattern[:60] + "…"
+        notes[key].append(CoverageNote("condition_timeout", {"count": count, "pattern": shown}))
+    out = []
+    for c in coverage:
+        extra = notes.get((c.stream.value, c.node))
+        if extra is None and c.status is CoverageStatus.OK and c.node is None:
+            extra = notes.get((None, None))
+        if extra:
+            c = c.noted(*extra)
         out.append(c)
     return out
 

@@ -475,6 +475,7 @@ class Event:
     reported_late: float = 0.0  # seconds the line may lag what it reports (emit.reported_late)
     scope: str | None = None  # what the line is about: node, gpu, process or job (emit.scope)
     ident: str | None = None  # the syslog program name the line carried (``kernel``)
+    named: bool = False  # the line's words name its node (``emit.node``), not its host prefix
     trusted: bool = True  # read from a source users cannot write
     owner: Owner | None = None  # whose it is (None until ``attribution.ownership`` assessed it)
     standing: Standing = Standing.CAUSE  # what it may do in the diagnosis
@@ -664,6 +665,8 @@ COVERAGE_NOTES: Mapping[str, str] = {
     " full ({nodes})",
     "regex_timeout": "{count} line(s) skipped by {rule}: its pattern ran out of time (after 20"
     " such lines a rule is not tried again in the job)",
+    "condition_timeout": "{count} value(s) a rule condition's pattern ran out of time on, read as"
+    " not matching (after 20 such values the pattern is not tried again in the job): {pattern}",
 }
 
 

@@ -9,20 +9,81 @@ from __future__ import annotations
 
 import math
 import operator
-import re
 import signal
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any
+
+import regex
 
 from attribution.model import Event, EventRole, JobRecord
 from attribution.ownership import job_gpu_count
 from attribution.rules.schema import JobConditions, Ops, Scalar, Selector
 
+# a condition's pattern has the same time budget as an extractor's (``extract.REGEX_BUDGET``,
+# ``MAX_RULE_TIMEOUTS``): seconds for one value, and values it may run out of time on in one
+# job before it is not tried again (it then holds for none)
+CONDITION_BUDGET = 0.25
+MAX_CONDITION_TIMEOUTS = 20
+
+
+class PatternTimeout(Exception):
+    """A condition's ``matches`` pattern ran out of time on a value (or was given up on)."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__(pattern)
+        self.pattern = pattern
+
+
+# per job: (stream, node, pattern) -> values not tested; set by ``timeouts_recorded``
+_TIMEOUTS: ContextVar[dict[tuple[str | None, str | None, str], int] | None] = ContextVar(
+    "condition_timeouts", default=None
+)
+
+
+@contextmanager
+def timeouts_recorded() -> Iterator[dict[tuple[str | None, str | None, str], int]]:
+    """Within the block, count the values each condition pattern ran out of time on, by the
+    stream and node of the event tested (``None`` for job and finding conditions), and give a
+    pattern up after ``MAX_CONDITION_TIMEOUTS`` of them."""
+    seen: dict[tuple[str | None, str | None, str], int] = defaultdict(int)
+    token = _TIMEOUTS.set(seen)
+    try:
+        yield seen
+    finally:
+        _TIMEOUTS.reset(token)
+
+
+def record_timeout(stream: str | None, node: str | None, pattern: str) -> None:
+    seen = _TIMEOUTS.get()
+    if seen is not None:
+        seen[(stream, node, pattern)] += 1
+
+
+def _given_up(pattern: str) -> bool:
+    seen = _TIMEOUTS.get()
+    if not seen:
+        return False
+    return sum(n for (_, _, p), n in seen.items() if p == pattern) >= MAX_CONDITION_TIMEOUTS
+
 
 @lru_cache(maxsize=1024)
-def _regex(pattern: str, ignore_case: bool) -> re.Pattern[str]:
-    return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+def _regex(pattern: str, ignore_case: bool) -> Any:
+    return regex.compile(pattern, regex.IGNORECASE if ignore_case else 0)
+
+
+def _search(pattern: str, ignore_case: bool, text: str) -> bool:
+    """Does ``pattern`` occur in ``text``? Raises ``PatternTimeout`` when it cannot tell within
+    ``CONDITION_BUDGET`` (a pattern that backtracks badly on a value a user wrote)."""
+    if _given_up(pattern):
+        raise PatternTimeout(pattern)
+    try:
+        return _regex(pattern, ignore_case).search(text, timeout=CONDITION_BUDGET) is not None
+    except TimeoutError:
+        raise PatternTimeout(pattern) from None
 
 
 def _number(value: Any) -> float | None:
@@ -89,9 +150,7 @@ def check(actual: Any, condition: Scalar | Ops) -> bool:
                 return False
         elif needle not in text:
             return False
-    return condition.matches is None or bool(
-        _regex(condition.matches, condition.ignore_case).search(text)
-    )
+    return condition.matches is None or _search(condition.matches, condition.ignore_case, text)
 
 
 def check_all(values: Mapping[str, Any], where: Mapping[str, Scalar | Ops]) -> bool:
@@ -133,7 +192,11 @@ def selects(selector: Selector, event: Event) -> bool:
         return False
     if selector.during_job and not event.during_job:
         return False
-    return check_all(event_values(event), selector.where)
+    try:
+        return check_all(event_values(event), selector.where)
+    except PatternTimeout as slow:
+        record_timeout(event.stream.value, event.node, slow.pattern)
+        return False
 
 
 def ending_signal(job: JobRecord) -> int | None:
@@ -200,8 +263,13 @@ def job_matches(job: JobRecord, conditions: JobConditions | None) -> bool:
         if name == "cancelled_by_owner":
             if values[name] is not cond:
                 return False
-        elif not check(values[name], cond):
-            return False
+        else:
+            try:
+                if not check(values[name], cond):
+                    return False
+            except PatternTimeout as slow:
+                record_timeout(None, None, slow.pattern)
+                return False
     return True
 
 

@@ -40,10 +40,12 @@ from attribution.model import (
 )
 from attribution.ownership import recording
 from attribution.rules.conditions import (
+    PatternTimeout,
     check_all,
     ending_signal,
     event_rank,
     job_matches,
+    record_timeout,
     selects,
     signal_name,
 )
@@ -83,6 +85,8 @@ class Candidate:
     # nodes the rule would blame that only untrusted evidence names (see the module docstring)
     suspects: tuple[Responsible, ...] = ()
     untrusted_streams: tuple[str, ...] = ()  # where the unconfirmed claim was read
+    # nodes outside the job that only untrusted evidence names (dropped from the blame)
+    outside: tuple[str, ...] = ()
 
     @property
     def unconfirmed(self) -> bool:
@@ -157,8 +161,11 @@ def _finding_condition(cond: FindingCondition, findings: Sequence[Finding]) -> l
         if f.name != cond.finding:
             continue
         values = {**f.fields, "node": f.nodes[0] if f.nodes else None}
-        if check_all(values, cond.where):
-            chosen.append(f)
+        try:
+            if check_all(values, cond.where):
+                chosen.append(f)
+        except PatternTimeout as slow:
+            record_timeout(None, values["node"], slow.pattern)
     return chosen or None
 
 
@@ -283,8 +290,10 @@ _NODE_DOMAINS = frozenset({SubDomain.HARDWARE, SubDomain.SYSTEM_SOFTWARE, SubDom
 def _confirm(cand: Candidate, job: JobRecord) -> None:
     """Keep in ``responsible`` only nodes that trusted evidence supports: a trusted event of the
     candidate on that node, or trusted reports from other nodes behind a finding that names it.
-    The rest move to ``suspects`` (nodes outside the job are dropped: nothing of theirs was
-    read)."""
+    The rest move to ``suspects``. Nodes outside the job are dropped: nothing of theirs was
+    read, and a process of the job reports on the job's nodes only; a node claim that names
+    none of the job's nodes is kept in ``outside`` and does not stand (``_contradicted``)."""
+    in_job = set(job.nodes)
     if not cand.responsible:
         evidence = cand.evidence
         if (
@@ -294,12 +303,16 @@ def _confirm(cand: Candidate, job: JobRecord) -> None:
             and evidence
             and not any(e.trusted for e in evidence)
         ):
-            # a node fault that only untrusted lines claim, on none of the job's nodes in
-            # particular (a multi-node job's output without a host prefix): any of them
-            cand.suspects = tuple(
-                Responsible(node=n, component=cand.rule.component) for n in job.nodes
-            )
+            # a node fault that only untrusted lines claim: on the nodes they list (a host
+            # list: ``named_nodes``), else on none of the job's nodes in particular (a
+            # multi-node job's output without a host prefix): any of them
+            named = _listed_nodes(cand.anchor_events)
+            kept = [n for n in named if n in in_job] if named else list(job.nodes)
+            cand.outside = tuple(n for n in named if n not in in_job)
+            cand.suspects = tuple(Responsible(node=n, component=cand.rule.component) for n in kept)
             cand.untrusted_streams = tuple(sorted({e.stream.value for e in evidence}))
+            if named:
+                _rerender(cand, kept)
         return
     if cand.rule.blame in _SLURM_BLAME:
         cand.responsible = tuple(replace(r, confirmed_by="slurm") for r in cand.responsible)
@@ -319,10 +332,20 @@ def _confirm(cand: Candidate, job: JobRecord) -> None:
         for r in cand.responsible
         if r.node in by_node
     )
-    in_job = set(job.nodes)
-    cand.suspects = tuple(
-        r for r in cand.responsible if r.node not in by_node and (not in_job or r.node in in_job)
+    unconfirmed = [r for r in cand.responsible if r.node not in by_node]
+    cand.suspects = tuple(r for r in unconfirmed if not in_job or r.node in in_job)
+    # a node outside the job that the lines' words name (their host prefix may be a container's
+    # name: that one is only dropped)
+    claimed = set(_listed_nodes(cand.anchor_events))
+    cand.outside = tuple(
+        dict.fromkeys(
+            r.node for r in unconfirmed if in_job and r.node not in in_job and r.node in claimed
+        )
     )
+    if cand.outside:
+        # the summary and action were written for every node the lines named: name only
+        # those that stand (confirmed, else suspects of the job)
+        _rerender(cand, [r.node for r in confirmed or cand.suspects])
     cand.responsible = confirmed
     untrusted = {e.stream.value for e in evidence if not e.trusted}
     if any(e.owner_claimed for e in evidence):
@@ -330,12 +353,49 @@ def _confirm(cand: Candidate, job: JobRecord) -> None:
     cand.untrusted_streams = tuple(sorted(untrusted))
 
 
+def _listed_nodes(events: Sequence[Event]) -> list[str]:
+    """The nodes ``events`` name: their own node, or the host list a line named
+    (``named_nodes``, see ``Extractor._event``), in order, once each."""
+    out: dict[str, None] = {}
+    for e in events:
+        if not e.named:
+            continue  # the host prefix of a job's line may be a container's name
+        if e.node:
+            out[e.node] = None
+        listed = e.fields.get("named_nodes")
+        if isinstance(listed, str):
+            out.update(dict.fromkeys(n for n in listed.split(",") if n))
+    return list(out)
+
+
+def _rerender(cand: Candidate, nodes: Sequence[str]) -> None:
+    """Render the summary and action again, naming only ``nodes`` (or none)."""
+    values = dict(cand.values)
+    values["node"] = nodes[0] if nodes else None
+    values["nodes"] = compress(list(nodes)) if nodes else None
+    values["node_count"] = len(set(nodes))
+    cand.values = values
+    cand.summary = render(cand.rule.summary, values)
+    cand.action = render(cand.rule.action, values) if cand.rule.action else None
+
+
 def _contradicted(
     cand: Candidate, job: JobRecord, coverage: Sequence[Coverage], skew: float
 ) -> str | None:
-    """Why an unconfirmed hardware claim does not stand, or None: every suspect node's trusted
-    kernel log was read and recording before and after the claim, and shows nothing of it
-    (the driver logs an XID, the kernel a PCIe or NIC error, for every such fault)."""
+    """Why an unconfirmed node claim does not stand, or None.
+
+    - It names only nodes outside the job, and no trusted source says anything of them: a
+      process of the job reports on the job's own nodes, so the line was not written by Slurm
+      or the driver for this job.
+    - A hardware claim: every suspect node's trusted kernel log was read and recording before
+      and after the claim, and shows nothing of it (the driver logs an XID, the kernel a PCIe
+      or NIC error, for every such fault)."""
+    if cand.outside and not cand.responsible and not cand.suspects:
+        streams = ", ".join(cand.untrusted_streams) or "untrusted sources"
+        return (
+            f"contradicted: only {streams} name {compress(list(cand.outside))}, which is not a"
+            " node of this job"
+        )
     if not cand.unconfirmed or cand.rule.sub_domain is not SubDomain.HARDWARE:
         return None
     if cand.first_at is not None:

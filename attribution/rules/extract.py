@@ -280,6 +280,7 @@ class Extractor:
         # the line's own identity, unless the rule extracted a field of the same name
         values = {"node": line.node, "host": line.host, "rank": line.rank, **fields}
         node = line.node
+        named = ""
         if emit.node:
             named = render(emit.node, values, unknown="")
             if named and ("[" in named or "," in named):
@@ -331,6 +332,7 @@ class Extractor:
             scope=emit.scope,
             ident=line.ident,
             trusted=line.trusted if line.trusted is not None else _DEFAULT_TRUSTED[line.stream],
+            named=bool(named),
         )
 
 
