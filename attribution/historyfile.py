@@ -6,12 +6,14 @@ file side of it.
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import Any
 
 from attribution._yaml import load_yaml_file
 from attribution.errors import BundleError, Location, RuleError
 from attribution.history import PriorGpuError, optional_text
-from attribution.timeutil import parse_iso
+from attribution.timeutil import MAX_YEAR, MIN_YEAR, parse_iso, plausible, to_utc
 
 MAX_HISTORY_BYTES = 8 << 20  # about 40,000 entries
 
@@ -48,22 +50,39 @@ def read_history_file(path: Path) -> list[PriorGpuError]:
         missing = [k for k in ("job", "node", "device", "code") if item.get(k) in (None, "")]
         if missing:
             raise BundleError(f"history entry lacks {', '.join(missing)}", where)
-        raw_code = str(item["code"]).strip()
+
+        def at_line(key: str, index: int = index) -> Location:
+            return Location(str(path), lines.line_for([index, key]))
+
+        for key in ("job", "node", "device", "code", *_OPTIONAL):
+            value = item.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, _SCALARS)):
+                raise BundleError(
+                    f"bad history entry: {key} must be text or a number, not"
+                    f" {type(value).__name__}",
+                    at_line(key),
+                )
+        raw_code = _text(item["code"])
         if not (raw_code.isascii() and raw_code.isdecimal() and len(raw_code) <= 6):
-            raise BundleError(f"bad history entry: code {raw_code[:20]!r} is not an XID", where)
-        code = int(raw_code)
-        try:
-            at = parse_iso(str(item["at"])) if item.get("at") else None
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise BundleError(f"bad history entry: {exc}", where) from None
-        if item.get("at") and at is None:
-            raise BundleError(f"bad time {item['at']!r}", where)
+            shown = (
+                f"a number of {len(raw_code)} digits"
+                if raw_code.isdecimal() and len(raw_code) > 20
+                else repr(raw_code[:20])
+            )
+            raise BundleError(f"bad history entry: code {shown} is not an XID", at_line("code"))
+        at = _when(item.get("at"))
+        if item.get("at") not in (None, "") and at is None:
+            raise BundleError(
+                f"bad history entry: at: {_text(item['at'])[:60]!r} is not a time between"
+                f" {MIN_YEAR} and {MAX_YEAR} (ISO 8601, UTC unless an offset is given)",
+                at_line("at"),
+            )
         out.append(
             PriorGpuError(
-                job=str(item["job"]),
-                node=str(item["node"]),
-                device=str(item["device"]).lower(),
-                code=code,
+                job=_text(item["job"]),
+                node=_text(item["node"]),
+                device=_text(item["device"]).lower(),
+                code=int(raw_code),
                 user=optional_text(item.get("user")),
                 name=optional_text(item.get("name")),
                 xid_class=optional_text(item.get("xid_class")),
@@ -72,3 +91,33 @@ def read_history_file(path: Path) -> list[PriorGpuError]:
             )
         )
     return out
+
+
+_OPTIONAL = ("user", "name", "xid_class", "unit")
+_SCALARS = (str, int, float)
+
+
+def _text(value: Any) -> str:
+    """A scalar as text, never an exception (a number Python will not print, of thousands of
+    digits, is said in words)."""
+    try:
+        return str(value).strip()
+    except ValueError:
+        return "a number of thousands of digits"
+
+
+def _when(value: Any) -> datetime | None:
+    """``at`` as UTC: a YAML timestamp or date, or ISO 8601 text; None when unreadable or
+    outside the years log times may have."""
+    if value in (None, ""):
+        return None
+    try:
+        if isinstance(value, datetime):
+            return plausible(to_utc(value))
+        if isinstance(value, date):
+            return plausible(datetime(value.year, value.month, value.day, tzinfo=UTC))
+        if isinstance(value, str):
+            return parse_iso(value)
+    except (ValueError, OverflowError):
+        return None
+    return None

@@ -20,6 +20,7 @@ class HostlistError(AttributionError):
 
 
 MAX_NODES = 200_000  # far beyond any Slurm cluster; guards against hostile node lists
+MAX_DIGITS = 9  # of one number in a node name or range bound (Slurm's node indexes are smaller)
 
 
 def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -27,13 +28,21 @@ def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
 
     ``"gpu[001-003],login1"`` -> ``("gpu001", "gpu002", "gpu003", "login1")``.
     ``None``, ``""`` and ``"None assigned"`` (sacct for never-started jobs) give ``()``.
+    A list keeps its own order (each item expanded in Slurm's), without repeats.
 
     Raises:
-        HostlistError: when the expression is malformed or names more than MAX_NODES nodes.
+        HostlistError: when the expression is malformed, has a number of more than
+            ``MAX_DIGITS`` digits, or names more than ``MAX_NODES`` nodes (a list: has more
+            than ``MAX_NODES`` items). Checked in linear time before ClusterShell builds
+            anything.
     """
     if nodelist is None:
         return ()
     parts = [nodelist] if isinstance(nodelist, str) else list(nodelist)
+    if len(parts) > MAX_NODES:
+        raise HostlistError(
+            f"a list of {len(parts):,} node lists names more than {MAX_NODES:,} nodes"
+        )
     out: list[str] = []
     seen: set[str] = set()
     for part in parts:
@@ -41,17 +50,36 @@ def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
         if not part or part.lower() in {"none", "none assigned", "(null)"}:
             continue
         if _LONG_NUMBER.search(part):  # no node index has that many digits
-            raise HostlistError(f"invalid node list {part[:80]!r}: a number is too long")
-        if _upper_bound(part) > MAX_NODES:  # before ClusterShell builds the ranges
-            raise HostlistError(f"node list {part[:80]!r} names more than {MAX_NODES:,} nodes")
+            raise HostlistError(
+                f"invalid node list {_shown(part)}: a number of more than {MAX_DIGITS} digits"
+            )
+        if _PLAIN.fullmatch(part):  # one name: nothing to expand
+            if part not in seen:
+                seen.add(part)
+                out.append(part)
+            continue
+        elements = _elements(part)
+        if _upper_bound(elements) > MAX_NODES:  # before ClusterShell builds the ranges
+            raise HostlistError(f"node list {_shown(part)} names more than {MAX_NODES:,} nodes")
+        if _many_odd_names(elements):
+            for name in sorted(dict.fromkeys(elements), key=_natural):
+                if name not in seen:
+                    seen.add(name)
+                    out.append(name)
+            if len(out) > MAX_NODES:
+                raise HostlistError(f"node list {_shown(part)} names more than {MAX_NODES:,} nodes")
+            continue
         try:
-            nodeset = NodeSet(part, resolver=RESOLVER_NOGROUP)
+            nodeset = NodeSet(_folded(part, elements), resolver=RESOLVER_NOGROUP)
             if len(nodeset) + len(out) > MAX_NODES:
-                raise HostlistError(f"node list {part[:80]!r} names more than {MAX_NODES:,} nodes")
+                raise HostlistError(f"node list {_shown(part)} names more than {MAX_NODES:,} nodes")
             names = list(nodeset)
         except (NodeSetParseError, RangeSetParseError, ValueError, AssertionError) as exc:
             # ClusterShell asserts on some ranges it cannot build
-            raise HostlistError(f"invalid node list {part[:80]!r}: {exc}") from None
+            message = " ".join(str(exc).split())
+            raise HostlistError(
+                f"invalid node list {_shown(part)}: {_shown(message, 120)[1:-1]}"
+            ) from None
         for name in names:
             if name not in seen:
                 seen.add(name)
@@ -59,34 +87,95 @@ def expand(nodelist: str | Iterable[str] | None) -> tuple[str, ...]:
     return tuple(out)
 
 
-_BRACKET = re.compile(r"\[([^\]]*)\]")
+_PLAIN = re.compile(r"[A-Za-z0-9._-]+")  # a name ClusterShell would give back unchanged
+_OPERATORS = re.compile(r"[!&^@]")
+_LONG_NUMBER = re.compile(rf"\d{{{MAX_DIGITS + 1}}}")
+# a bracket group (Slurm's do not nest) or a comma outside one; a '[' without its ']' is
+# left for ClusterShell to refuse
+_TOKEN = re.compile(r"\[[^\[\]]*\]|,")
 _RANGE = re.compile(r"(\d+)-(\d+)(?:/(\d+))?")  # lo-hi, optionally with ClusterShell's /step
-_LONG_NUMBER = re.compile(r"\d{10}")
 
 
-def _upper_bound(expr: str) -> int:
-    """At most how many names ``expr`` can expand to: per comma-separated element, the product
-    of its bracket groups' sizes. Cheap and generous; only a guard against hostile lists."""
+def _shown(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters and quoted, printable whatever it holds."""
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
+def _elements(expr: str) -> list[str]:
+    """``expr`` split at its commas outside brackets, in one pass."""
+    out, start = [], 0
+    for m in _TOKEN.finditer(expr):
+        if m.group() == ",":
+            out.append(expr[start : m.start()])
+            start = m.end()
+    out.append(expr[start:])
+    return out
+
+
+def _folded(expr: str, elements: list[str]) -> str:
+    """``expr`` with its plain names folded into runs (``n1,n2,n3`` -> ``n[1-3]``), the same
+    set of names for ClusterShell, which parses each name on its own (11 µs a name) and
+    orders the set whatever the order it was given in. Lists with ClusterShell's own
+    operators (``!``, ``&``, ``^``, ``@group``) are left as they are."""
+    plain = [e for e in elements if _PLAIN.fullmatch(e)]
+    if len(plain) < 2 or _OPERATORS.search(expr):
+        return expr
+    return ",".join([*_runs(plain), *(e for e in elements if not _PLAIN.fullmatch(e))])
+
+
+def _upper_bound(elements: list[str]) -> int:
+    """At most how many names the ``elements`` of a list can expand to: per element, the
+    product of its bracket groups' sizes. Cheap (linear) and generous; only a guard against
+    hostile lists, so it stops counting once past ``MAX_NODES``."""
     total = 0
-    for element in re.split(r",(?![^\[]*\])", expr):
+    for element in elements:
         count = 1
-        for group in _BRACKET.findall(element):
-            size = sum(
-                abs(int(m.group(2)) - int(m.group(1))) // max(int(m.group(3) or 1), 1) + 1
-                if (m := _RANGE.fullmatch(item))
-                else 1
-                for item in group.split(",")
-            )
-            count *= max(size, 1)
-            if count > MAX_NODES:
-                return count
+        if "[" in element:
+            for group in _TOKEN.finditer(element):
+                items = group.group()[1:-1].split(",")
+                size = sum(
+                    abs(int(m.group(2)) - int(m.group(1))) // max(int(m.group(3) or 1), 1) + 1
+                    if (m := _RANGE.fullmatch(item))
+                    else 1
+                    for item in items
+                )
+                count *= max(size, 1)
+                if count > MAX_NODES:
+                    return count
         total += count
+        if total > MAX_NODES:
+            return total
     return total
 
 
 # a name of letters (and . _ -) then one number: most clusters' node names, folded here in
 # runs before ClusterShell sees them (it parses each name on its own: 11 µs a name)
 _SIMPLE = re.compile(r"([A-Za-z._-]*[A-Za-z._-])([0-9]{1,9})")
+
+
+_ODD_NAMES = 4096  # plain names with two numbers or more, beyond which ClusterShell is slow
+
+
+def _many_odd_names(elements: list[str]) -> bool:
+    """Whether ``elements`` are all plain names, more than ``_ODD_NAMES`` of them with more
+    than one number (``gpu-3x12``): ClusterShell folds those in several dimensions, which
+    takes minutes for 150,000 of them. Such lists are only ordered here, number-aware."""
+    if len(elements) <= _ODD_NAMES:
+        return False
+    odd = 0
+    for element in elements:
+        if not _PLAIN.fullmatch(element):
+            return False
+        odd += _SIMPLE.fullmatch(element) is None
+    return odd > _ODD_NAMES
+
+
+def _natural(name: str) -> list[tuple[int, int, str]]:
+    """A sort key that orders the numbers in a name by value (``n2`` before ``n10``)."""
+    return [(1, int(p), "") if p.isdecimal() else (0, 0, p) for p in _NUMBER_PARTS.split(name) if p]
+
+
+_NUMBER_PARTS = re.compile(r"(\d+)")
 
 
 def _runs(names: list[str]) -> list[str]:

@@ -74,10 +74,12 @@ def parse_time(value: Any, tz_name: str | None = None) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return parse_epoch(str(value))
-    text = str(value).strip()
-    if text.isdecimal():
-        return parse_epoch(text)
+        if isinstance(value, int) and value.bit_length() > 64:
+            return None  # seconds beyond any calendar (and too long for str())
+        return parse_epoch(repr(value))
+    text = _clean(value).strip()
+    if text.isascii() and text.isdecimal():
+        return parse_epoch(text[:20])
     return parse_iso(text, zone(tz_name))
 
 
@@ -95,14 +97,49 @@ def parse_state(value: Any) -> tuple[str | None, str | None]:
     return state, by
 
 
-def _small_int(key: str, value: Any, bad: Any) -> int | None:
-    """A uid or count: decimal digits (at most 10), else None; longer is an error."""
-    text = str(value if value is not None else "").strip()
-    if not text.isdecimal():
+def _shown(value: Any, limit: int = 60) -> str:
+    """``value`` quoted for a one-line error: cut, lone surrogates escaped, and a number of
+    thousands of digits (which ``str`` refuses) said in words."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return "a number of thousands of digits" if value.bit_length() > 3000 else "a huge number"
+    text = value if isinstance(value, str) else repr(value)
+    cut = repr(text[:limit])
+    return cut + "..." if len(text) > limit else cut
+
+
+def _number(key: str, value: Any, high: int, bad: Any) -> int | None:
+    """A uid or count: a whole number in 0..``high`` (JSON number or decimal text; sacct's
+    empty spellings are None).
+
+    Raises:
+        BundleError: (through ``bad``) anything else, named with the field and the range.
+    """
+    if value is None:
         return None
-    if len(text) > 10:
-        raise bad(key, f"{text[:20]}... is not a {key} (more than 10 digits)")
-    return int(text)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise bad(key, f"must be a finite number, not {value!r}")
+        if not value.is_integer():
+            raise bad(key, f"must be a whole number, not {value!r}")
+        value = int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        digits = text.removeprefix("-")
+        if not (digits.isascii() and digits.isdecimal()):
+            raise bad(key, f"{_shown(value)} is not a number")
+        if len(digits) > 20:
+            raise bad(key, f"a number of {len(digits):,} digits is outside 0 to {high:,}")
+        value = int(text)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise bad(key, f"must be a number, not {type(value).__name__}")
+    if not 0 <= value <= high:
+        raise bad(key, f"{_shown(value)} is outside 0 to {high:,}")
+    return value
+
+
+UID_MAX = 2**32 - 1  # a uid_t
+RESTARTS_MAX = 65_535  # Slurm's restart count is 16 bits
+TIME_LIMIT_MAX = 100 * 365 * 86400  # seconds; Slurm's own limit is far below
 
 
 def _time_field(
@@ -113,7 +150,7 @@ def _time_field(
         return None
     when = parse_time(value, tz_name)
     if when is None:
-        raise bad(key, f"not a time: {value!r} (ISO 8601 such as 2026-01-01T10:00:00)")
+        raise bad(key, f"not a time: {_shown(value)} (ISO 8601 such as 2026-01-01T10:00:00)")
     return when
 
 
@@ -122,6 +159,8 @@ def _time_limit(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if not 0 <= value <= TIME_LIMIT_MAX:
+            raise ValueError(value)
         return int(value)
     text = str(value).strip()
     if text.upper() in {"UNLIMITED", "PARTITION_LIMIT", "INFINITE"}:
@@ -129,8 +168,8 @@ def _time_limit(value: Any) -> int | None:
     days = 0
     if "-" in text:
         d, text = text.split("-", 1)
-        days = int(d) if d.isdecimal() else 0
-    parts = [int(p) for p in text.split(":") if p.isdecimal()]
+        days = int(d) if d.isascii() and d.isdecimal() and len(d) < 10 else 0
+    parts = [int(p) for p in text.split(":") if p.isascii() and p.isdecimal() and len(p) < 10]
     if not parts:
         return None
     if len(parts) == 1:
@@ -138,7 +177,10 @@ def _time_limit(value: Any) -> int | None:
     while len(parts) < 3:
         parts.insert(0, 0)
     h, m, s = parts[-3:]
-    return days * 86400 + h * 3600 + m * 60 + s
+    seconds = days * 86400 + h * 3600 + m * 60 + s
+    if seconds > TIME_LIMIT_MAX:
+        raise ValueError(value)
+    return seconds
 
 
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
@@ -147,7 +189,26 @@ _SCALARS = (str, int, float)
 
 def _clean(value: Any) -> str:
     """Text safe to store and print: lone surrogates (invalid Unicode) become U+FFFD."""
-    return str(value).encode("utf-8", "replace").decode("utf-8")
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text_of(data: Mapping[str, Any], key: str) -> str | None:
+    """Field ``key`` as clean text (None when absent or empty)."""
+    value = _get(data, key)
+    return None if value is None else _clean(value)
+
+
+# fields read as numbers by their own rules; any other field given as a JSON number (an id, a
+# time in epoch seconds) must still be a whole number in range
+_NUMBERS = frozenset({"uid", "restart_count", "time_limit"})
 
 
 def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecord:
@@ -182,13 +243,18 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
                 raise bad(key, "must be a list of sacct field names")
         elif value is not None and (isinstance(value, bool) or not isinstance(value, _SCALARS)):
             raise bad(key, f"must be text or a number, not {type(value).__name__}")
+        elif isinstance(value, int | float) and key not in _NUMBERS:
+            _number(key, value, 2**63 - 1, bad)  # an id or a time: a whole number, in range
     job_id = _get(data, "job_id")
     if job_id is None:
         raise BundleError("job record has no job_id", Location(source))
     tz_name = _get(data, "timezone")
     if tz_name is not None and zone(str(tz_name)) is UTC and str(tz_name).upper() != "UTC":
-        raise bad("timezone", f"unknown time zone {tz_name!r} (an IANA name such as Europe/Berlin)")
-    state, cancelled_by = parse_state(_get(data, "state"))
+        raise bad(
+            "timezone",
+            f"unknown time zone {_shown(tz_name)} (an IANA name such as Europe/Berlin)",
+        )
+    state, cancelled_by = parse_state(text_of(data, "state"))
     raw_nodes = _get(data, "nodes")
     if isinstance(raw_nodes, list) and not all(isinstance(n, str) for n in raw_nodes):
         raise bad("nodes", "a list of nodes must hold node names (text)")
@@ -201,29 +267,34 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
         raise bad("nodes", f"{odd[0][:80]!r} is not a host name")
     addresses: dict[str, tuple[str, ...]] = {}
     for node, value in (_get(data, "node_addresses") or {}).items():
-        addresses[_clean(node)] = (
-            tuple(_clean(v) for v in value) if isinstance(value, list) else (_clean(value),)
-        )
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str) for v in items):
+            raise bad(f"node_addresses.{_clean(node)[:80]}", "must be an address or a list of them")
+        addresses[_clean(node)] = tuple(_clean(v) for v in items)
     boots: dict[str, datetime] = {}
     for node, value in (_get(data, "boot_times") or {}).items():
+        if not isinstance(node, str) or not _HOST.fullmatch(node):
+            raise bad("boot_times", f"{_shown(node)} is not a host name")
         when = parse_time(value, tz_name)
         if when is None:
-            raise bad(f"boot_times.{node}", f"not a time: {value!r}")
-        boots[_clean(node)] = when
+            raise bad(f"boot_times.{node}", f"not a time: {_shown(value)}")
+        boots[node] = when
     gres_detail, bus_ids, others = _ownership_facts(data, tz_name, bad, frozenset(nodes))
     start, end = (_time_field(data, key, tz_name, bad) for key in ("start", "end"))
     if start is not None and end is not None and end < start:
         raise bad("end", f"{end:%Y-%m-%dT%H:%M:%S}Z is before start {start:%Y-%m-%dT%H:%M:%S}Z")
-    uid = _get(data, "uid")
-    restart = _get(data, "restart_count")
+    uid = _number("uid", _get(data, "uid"), UID_MAX, bad)
+    restart = _number("restart_count", _get(data, "restart_count"), RESTARTS_MAX, bad)
     try:
         limit = _time_limit(_get(data, "time_limit"))
     except (ValueError, OverflowError):
-        raise bad("time_limit", f"not a time limit: {_get(data, 'time_limit')!r}") from None
+        raise bad(
+            "time_limit",
+            f"not a time limit of at most 100 years: {_shown(_get(data, 'time_limit'))}",
+        ) from None
 
     def text(key: str) -> str | None:
-        value = _get(data, key)
-        return None if value is None else _clean(value)
+        return text_of(data, key)
 
     return JobRecord(
         job_id=_clean(job_id),
@@ -231,10 +302,10 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
         sluid=text("sluid"),
         array_job_id=text("array_job_id"),
         array_task_id=text("array_task_id"),
-        restart_count=_small_int("restart_count", restart, bad) or 0,
+        restart_count=restart or 0,
         name=text("name"),
         user=text("user"),
-        uid=_small_int("uid", uid, bad),
+        uid=uid,
         account=text("account"),
         partition=text("partition"),
         state=state,
@@ -259,7 +330,7 @@ def job_from_dict(data: Mapping[str, Any], source: str = "job.json") -> JobRecor
         gres_detail=gres_detail,
         gpu_bus_ids=bus_ids,
         other_jobs=others,
-        fields_missing=tuple(_get(data, "fields_missing") or ()),
+        fields_missing=tuple(_clean(f) for f in _get(data, "fields_missing") or ()),
     )
 
 
@@ -318,14 +389,18 @@ def _ownership_facts(
         for item in value:
             if not isinstance(item, Mapping) or item.get("job_id") in (None, ""):
                 raise bad(f"other_jobs.{node}", "each entry needs a job_id")
+            if not isinstance(item["job_id"], str):
+                _number(f"other_jobs.{node}.job_id", item["job_id"], 2**63 - 1, bad)
             when = {}
             for edge in ("start", "end"):
                 text = item.get(edge)
                 when[edge] = parse_time(text, tz_name) if text not in (None, "") else None
                 if text not in (None, "") and when[edge] is None:
-                    raise bad(f"other_jobs.{node}", f"{edge}: not a time: {text!r}")
+                    raise bad(f"other_jobs.{node}", f"{edge}: not a time: {_shown(text)}")
             if when["start"] and when["end"] and when["end"] < when["start"]:
-                raise bad(f"other_jobs.{node}", f"job {item['job_id']}: end is before start")
+                raise bad(
+                    f"other_jobs.{node}", f"job {_shown(item['job_id'])}: end is before start"
+                )
             user = item.get("user")
             jobs.append(
                 OtherJob(

@@ -27,12 +27,17 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, No
 @lru_cache(maxsize=64)
 def zone(name: str | None) -> tzinfo:
     """The tzinfo for an IANA name (``UTC`` when ``name`` is empty or unknown)."""
-    if not name or name.upper() == "UTC":
+    if not name or name.upper() == "UTC" or not _ZONE_NAME.fullmatch(name):
         return UTC
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError, UnicodeError):
+        # OSError: a directory of the zone database ("America"), a name too long for a path
         return UTC
+
+
+# an IANA zone name: parts of letters, digits, '_', '+' and '-' joined by '/', never '..'
+_ZONE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+-]{0,40}(?:/[A-Za-z0-9_+-]{1,40}){0,3}")
 
 
 # log times outside these years are corrupt or hostile, never evidence: they count as untimed

@@ -661,7 +661,7 @@ def test_damaged_or_foreign_archives_are_400(
         (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
         (b'{"job_id": ' + b"9" * 5000 + b"}", "thousands of digits"),
-        (b'{"job_id": "1", "exit_code": NaN, "start": Infinity}', "not a time"),
+        (b'{"job_id": "1", "exit_code": NaN, "start": Infinity}', "must be a finite number"),
         ({**JOB, "nodes": "n[0-99999999]"}, "more than 200,000 nodes"),
         ({**JOB, "nodes": "n[0-9][0-9][0-9][0-9][0-9][0-9][0-9]"}, "more than 200,000 nodes"),
         ({**JOB, "nodes": {"n1": 1}}, "nodes"),
