@@ -95,6 +95,11 @@ class _Listing:
     files: list[Path] = field(default_factory=list)
     notes: list[CoverageNote] = field(default_factory=list)
     problem: CoverageNote | None = None
+    # entries that are no regular file, or links out of the bundle, by name: the caller says
+    # so on the stream the name feeds (a directory named kernel.log is the kernel's problem)
+    refused: list[tuple[str, CoverageNote]] = field(default_factory=list)
+    # the names of refused entries that are directories (left alone when no stream's name)
+    directories: set[str] = field(default_factory=set)
 
 
 def _entries(
@@ -131,13 +136,15 @@ def _files(directory: Path, root: Path, *, plain: bool = False) -> _Listing:
     for entry in entries:
         try:
             if entry.is_symlink() and not inside_bundle(root, entry):
-                out.notes.append(
-                    CoverageNote("link_out_of_bundle", {"file": _display(root, entry)})
-                )
+                note = CoverageNote("link_out_of_bundle", {"file": _display(root, entry)})
+                out.refused.append((entry.name, note))
             elif entry.is_file():
                 out.files.append(entry)
-            elif not entry.is_dir():
-                out.notes.append(CoverageNote("not_regular_file", {"file": _display(root, entry)}))
+            else:
+                if entry.is_dir():
+                    out.directories.add(entry.name)
+                note = CoverageNote("not_regular_file", {"file": _display(root, entry)})
+                out.refused.append((entry.name, note))
         except OSError as exc:
             out.notes.append(
                 CoverageNote(
@@ -147,6 +154,43 @@ def _files(directory: Path, root: Path, *, plain: bool = False) -> _Listing:
             )
     out.files.sort(key=_rotation_key)
     return out
+
+
+def _spec_notes(
+    paths: list[Path], problem: CoverageNote | None, refused: list[CoverageNote]
+) -> tuple[CoverageNote | None, list[CoverageNote]]:
+    """A stream's problem and notes given the entries refused under its name: with nothing
+    read, an entry that is no regular file makes it unreadable; a link out of the bundle is a
+    note (the stream is missing: nothing of the bundle's own was there)."""
+    if paths or problem is not None:
+        return (None if paths else problem), list(refused)
+    for index, note in enumerate(refused):
+        if note.code == "not_regular_file":
+            return note, refused[:index] + refused[index + 1 :]
+    return None, list(refused)
+
+
+def optional_file(root: Path, name: str, notes: list[CoverageNote] | None = None) -> Path | None:
+    """The bundle's optional file ``name`` when it is a regular file inside the bundle; a
+    link out of the bundle, a FIFO or a directory is left alone, with a note in ``notes``
+    (a FIFO would block its reader forever)."""
+    path = root / name
+    try:
+        if path.is_symlink() and not inside_bundle(root, path):
+            code = "link_out_of_bundle"
+        elif path.is_file():
+            return path
+        elif path.exists():
+            code = "not_regular_file"
+        else:
+            return None
+    except OSError as exc:
+        if notes is not None:
+            notes.append(CoverageNote("unreadable", {"file": name, "error": str(exc.strerror)}))
+        return None
+    if notes is not None:
+        notes.append(CoverageNote(code, {"file": name}))
+    return None
 
 
 def contained(root: Path, path: Path) -> Path:
@@ -251,6 +295,8 @@ def read_manifest(path: Path) -> Manifest:
             ``streams`` that is not a list of stream names.
     """
     if not path.is_file():
+        if path.exists():  # what decides trust is never skipped: a FIFO here is refused
+            raise BundleError("not a regular file", Location(str(path)))
         return Manifest()
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -358,19 +404,23 @@ def load_bundle(path: Path | str) -> Bundle:
     # job output
     listing = _files(root / "job", root)
     by_stream: dict[Stream, list[Path]] = {Stream.JOB_STDOUT: [], Stream.JOB_STDERR: []}
+    job_refused: dict[Stream, list[CoverageNote]] = {}
     for file in listing.files:
         by_stream[job_stream_for(file.name)].append(file)
+    for name, note in listing.refused:
+        job_refused.setdefault(job_stream_for(name), []).append(note)
     for stream, paths in by_stream.items():
-        if not paths and not site_reads(stream):
+        if not paths and not site_reads(stream) and stream not in job_refused:
             continue
+        problem, extra = _spec_notes(paths, listing.problem, job_refused.get(stream, []))
         specs.append(
             SourceSpec(
                 stream=stream,
                 node=None,
                 paths=paths,
                 display=[_display(root, p) for p in paths],
-                notes=listing.notes if stream is Stream.JOB_STDOUT else [],
-                problem=listing.problem if not paths else None,
+                notes=(listing.notes if stream is Stream.JOB_STDOUT else []) + extra,
+                problem=problem,
             )
         )
 
@@ -392,6 +442,13 @@ def load_bundle(path: Path | str) -> Bundle:
         if node_listing.problem and not listing.problem:
             listing.problem = node_listing.problem
         left_out = list(listing.notes)
+        refused_by: dict[Stream, list[CoverageNote]] = {}
+        for name, note in listing.refused:
+            named = Stream.KERNEL if is_journal_file(name) else node_stream_for(name)
+            if named is not None:
+                refused_by.setdefault(named, []).append(note)
+            elif name not in listing.directories:  # a directory of another name: not a log
+                left_out.append(note)
         journals: list[Path] = []
         metrics: list[Path] = []
         for file in listing.files:
@@ -418,20 +475,24 @@ def load_bundle(path: Path | str) -> Bundle:
                     stream
                 ):
                     grouped.setdefault(stream, [])
-        elif not grouped and not journals:  # a node outside the job, with nothing to read
+        elif not grouped and not journals and not refused_by:
+            # a node outside the job, with nothing to read
             notes.extend(n.text for n in left_out)
             continue
         elif Stream.KERNEL not in grouped and not journals:
             grouped[Stream.KERNEL] = []
+        for stream in refused_by:
+            grouped.setdefault(stream, [])
         for stream, paths in grouped.items():
+            problem, extra = _spec_notes(paths, listing.problem, refused_by.get(stream, []))
             specs.append(
                 SourceSpec(
                     stream=stream,
                     node=node,
                     paths=paths,
                     display=[_display(root, p) for p in paths],
-                    notes=left_out if stream is Stream.KERNEL else [],
-                    problem=listing.problem if not paths else None,
+                    notes=(left_out if stream is Stream.KERNEL else []) + extra,
+                    problem=problem,
                     trust=trust.get(stream),
                 )
             )
@@ -439,18 +500,21 @@ def load_bundle(path: Path | str) -> Bundle:
             specs.append(_metrics_spec(root, metrics, node, trust.get(Stream.METRICS)))
 
     # controller log
-    ctld = [
-        p
-        for p in (root / "slurmctld.log", root / "slurm" / "slurmctld.log")
-        if p.is_file() and inside_bundle(root, p)
-    ]
-    if ctld:
+    ctld: list[Path] = []
+    ctld_refused: list[CoverageNote] = []
+    for name in ("slurmctld.log", "slurm/slurmctld.log"):
+        if (found := optional_file(root, name, ctld_refused)) is not None:
+            ctld.append(found)
+    if ctld or ctld_refused:
+        problem, extra = _spec_notes(ctld, None, ctld_refused)
         specs.append(
             SourceSpec(
                 stream=Stream.SLURMCTLD,
                 node=None,
                 paths=ctld,
                 display=[_display(root, p) for p in ctld],
+                notes=extra,
+                problem=problem,
             )
         )
     # the job's metrics, all nodes in one file; one that cannot be read is said, not skipped
@@ -478,15 +542,20 @@ def load_bundle(path: Path | str) -> Bundle:
         specs.append(spec)
     expected: dict[str, Any] | None = None
     expected_error: str | None = None
+    skipped: list[CoverageNote] = []  # optional files that are no regular file: said
     try:  # diagnosing does not need the answer: a broken expected.yaml is kept as a note
-        expected = read_expected(contained(root, root / "expected.yaml"))
+        if (answer := optional_file(root, "expected.yaml", skipped)) is not None:
+            expected = read_expected(answer)
     except BundleError as exc:
         expected_error = str(exc)
     history: list[PriorGpuError] = []
     for name in ("history.yaml", "history.json"):
-        if (root / name).is_file():
-            history = read_history_file(contained(root, root / name))
+        if (found := optional_file(root, name, skipped)) is not None:
+            history = read_history_file(found)
             break
+    for name in ("topology.conf", "groups.yaml"):  # read by bundle_topology; said here
+        optional_file(root, name, skipped)
+    notes.extend(n.text for n in skipped)
     return Bundle(
         path=root,
         job=job,
@@ -505,16 +574,13 @@ def bundle_topology(root: Path) -> Topology | None:
         BundleError: a file that cannot be read or parsed (its line named), or a link out of
             the bundle.
     """
-    conf, groups = root / "topology.conf", root / "groups.yaml"
-    if not conf.exists() and not groups.exists():
+    conf, groups = optional_file(root, "topology.conf"), optional_file(root, "groups.yaml")
+    if conf is None and groups is None:  # absent, or no regular file (load_bundle said so)
         return None
     from attribution.fleetfile import load_topology  # and the fleet model: only for a topology
 
     try:
-        found = load_topology(
-            contained(root, conf) if conf.exists() else None,
-            contained(root, groups) if groups.exists() else None,
-        )
+        found = load_topology(conf, groups)
     except BundleError:
         raise
     except AttributionError as exc:

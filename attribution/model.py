@@ -794,20 +794,40 @@ VERDICT_SCHEMA = "attribution.verdict/1"
 
 def to_jsonable(value: Any) -> Any:
     """Turn model objects into JSON-ready dicts, lists and strings (UTC ISO times)."""
+    if value is None or type(value) in _PLAIN_JSON:  # most values: a verdict of 200,000
+        return value  # nodes has millions of them
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, enum.Enum):
         return value.value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    names = _field_names(type(value))
+    if names is not None:
+        return {name: to_jsonable(getattr(value, name)) for name in names}
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         items = [to_jsonable(v) for v in value]
         return sorted(items) if isinstance(value, set | frozenset) else items
     return value
+
+
+_PLAIN_JSON = frozenset({str, int, float, bool})
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
+def _field_names(kind: type) -> tuple[str, ...] | None:
+    """The field names of a dataclass type, in order (None for any other type)."""
+    if kind not in _FIELD_NAMES:
+        _FIELD_NAMES[kind] = (
+            tuple(f.name for f in dataclasses.fields(kind))
+            if dataclasses.is_dataclass(kind)
+            else None
+        )
+    return _FIELD_NAMES[kind]
 
 
 def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
