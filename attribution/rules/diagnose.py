@@ -294,6 +294,10 @@ def _confirm(cand: Candidate, job: JobRecord) -> None:
     read, and a process of the job reports on the job's nodes only; a node claim that names
     none of the job's nodes is kept in ``outside`` and does not stand (``_contradicted``)."""
     in_job = set(job.nodes)
+    if in_job and cand.values.get("node") not in (None, "", *in_job) and not cand.responsible:
+        # the node its summary names came from a line that names a node outside the job (a
+        # host prefix, a Slurm line of another step): the verdict never names it
+        _rerender(cand, [])
     if not cand.responsible:
         evidence = cand.evidence
         if (
@@ -336,15 +340,22 @@ def _confirm(cand: Candidate, job: JobRecord) -> None:
     cand.suspects = tuple(r for r in unconfirmed if not in_job or r.node in in_job)
     # a node outside the job that the lines' words name (their host prefix may be a container's
     # name: that one is only dropped)
+    dropped = [r.node for r in unconfirmed if in_job and r.node not in in_job]
     claimed = set(_listed_nodes(cand.anchor_events))
-    cand.outside = tuple(
-        dict.fromkeys(
-            r.node for r in unconfirmed if in_job and r.node not in in_job and r.node in claimed
-        )
-    )
-    if cand.outside:
-        # the summary and action were written for every node the lines named: name only
-        # those that stand (confirmed, else suspects of the job)
+    cand.outside = tuple(dict.fromkeys(n for n in dropped if n in claimed))
+    if (
+        dropped
+        and not confirmed
+        and not cand.suspects
+        and not cand.outside
+        and cand.rule.sub_domain in _NODE_DOMAINS
+    ):
+        # a node fault whose nodes came from lines around it (a host prefix, another line of
+        # the step), none of the job's: as a claim that names no node, any of the job's nodes
+        cand.suspects = tuple(Responsible(node=n, component=cand.rule.component) for n in job.nodes)
+    if dropped:
+        # the summary and action were written for every node the evidence named: name only
+        # those that stand (confirmed, else suspects of the job), never one outside the job
         _rerender(cand, [r.node for r in confirmed or cand.suspects])
     cand.responsible = confirmed
     untrusted = {e.stream.value for e in evidence if not e.trusted}
@@ -375,8 +386,22 @@ def _rerender(cand: Candidate, nodes: Sequence[str]) -> None:
     values["nodes"] = compress(list(nodes)) if nodes else None
     values["node_count"] = len(set(nodes))
     cand.values = values
-    cand.summary = render(cand.rule.summary, values)
-    cand.action = render(cand.rule.action, values) if cand.rule.action else None
+    # no node stands: a bare {node} reads "the job's nodes"; an optional [[ on {node}]] goes
+    stand_in = {"node": _ANY_NODE, "nodes": _ANY_NODE}
+    cand.summary = _possessive(render(cand.rule.summary, values, stand_in=stand_in))
+    cand.action = (
+        _possessive(render(cand.rule.action, values, stand_in=stand_in))
+        if cand.rule.action
+        else None
+    )
+
+
+def _possessive(text: str) -> str:
+    """``{node}'s`` of a template, said of the job's nodes: "the job's nodes' kernel log"."""
+    return text.replace(f"{_ANY_NODE}'s", f"{_ANY_NODE}'")
+
+
+_ANY_NODE = "the job's nodes"
 
 
 def _contradicted(

@@ -66,7 +66,7 @@ def _convert(value: str | None, spec: FieldSpec) -> Any:
             if not _SIZE.fullmatch(value):  # humanfriendly ignores a unit it does not know
                 raise ValueError(value)
             return int(parse_size(value))
-    except (ValueError, InvalidSize):
+    except (ValueError, OverflowError, InvalidSize):  # OverflowError: "1e400 GB"
         return spec.default if spec.default is not None else value
     if spec.type == "lower":
         return value.lower()

@@ -17,10 +17,17 @@ _OPTIONAL = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 UNKNOWN = "?"
 
 
-def render(template: str, values: Mapping[str, Any], *, unknown: str = UNKNOWN) -> str:
+def render(
+    template: str,
+    values: Mapping[str, Any],
+    *,
+    unknown: str = UNKNOWN,
+    stand_in: Mapping[str, str] | None = None,
+) -> str:
     """Replace ``{name}`` with ``values[name]``.
 
-    ``None`` or missing values become ``unknown``; floats that are whole
+    ``None`` or missing values become ``stand_in[name]`` (outside optional parts; an optional
+    part with a missing value is dropped as always), else ``unknown``; floats that are whole
     numbers print without ``.0``.
     """
 
@@ -43,7 +50,7 @@ def render(template: str, values: Mapping[str, Any], *, unknown: str = UNKNOWN) 
             return "}"
         value = values.get(match.group(1))
         if value is None or value == "":
-            return unknown
+            return (stand_in or {}).get(match.group(1), unknown)
         if isinstance(value, float) and value.is_integer():
             return str(int(value))
         return str(value)
