@@ -16,7 +16,7 @@ from typing import Any
 
 from attribution import __version__
 from attribution.history import PriorGpuError, apply_history, gpu_errors
-from attribution.hostlist import compress, short_name
+from attribution.hostlist import compress, expand, short_name
 from attribution.model import (
     ENGINE_EVENTS,
     JOB_STREAMS,
@@ -564,9 +564,10 @@ def _confidence(
     in_job = set(job.nodes)
     unread = sorted(
         {
-            c.node
+            node
             for c in coverage
-            if c.node in in_job and c.stream is Stream.KERNEL and c.status is not _OK
+            if c.stream is Stream.KERNEL and c.status is not _OK
+            for node in _entry_nodes(c, in_job)
         }
     )
     if winner.rule.sub_domain is SubDomain.APPLICATION and unread and not trusted:
@@ -755,11 +756,23 @@ def _note_ownership(
     out = []
     for c in coverage:
         node = c.node
-        if node is not None and node in nodes and node not in done and c.stream is Stream.KERNEL:
+        if c.stream is Stream.KERNEL and "nodes_folded" in c.codes:
+            c = c.noted(note)  # the entry of the job's nodes without a log (bundle.FOLD_NODES)
+        elif node is not None and node in nodes and node not in done and c.stream is Stream.KERNEL:
             c = c.noted(note)
             done.add(node)
         out.append(c)
     return out
+
+
+def _entry_nodes(c: Coverage, in_job: set[str]) -> tuple[str, ...]:
+    """The job nodes a coverage entry is about: its node, or the host list of an entry that
+    stands for many (``nodes_folded``)."""
+    if c.node in in_job:
+        return (c.node,)
+    if c.node and "nodes_folded" in c.codes:
+        return tuple(n for n in expand(c.node) if n in in_job)
+    return ()
 
 
 def _event_order(event: Event) -> tuple[Any, ...]:

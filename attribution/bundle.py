@@ -37,6 +37,7 @@ from attribution.backtest import Report, error_result, score_case
 from attribution.errors import AttributionError, BundleError, Location, RuleError
 from attribution.history import PriorGpuError
 from attribution.historyfile import read_history_file
+from attribution.hostlist import compress
 from attribution.jobrecord import job_from_dict
 from attribution.model import CoverageNote, JobRecord, Stream, Trust, Verdict
 from attribution.rules.compiled import RuleSet
@@ -50,6 +51,9 @@ from attribution.topology import Topology
 
 # Streams every job node is expected to have; absent ones get a "missing" coverage entry.
 EXPECTED_NODE_STREAMS = (Stream.KERNEL, Stream.SYSLOG, Stream.FABRICMANAGER)
+# job nodes without a directory in the bundle beyond which their missing entries are folded
+# into one per stream, its node a host list (docs/bundles.md)
+FOLD_NODES = 1000
 MAX_RECORD_BYTES = 16 << 20  # a job.json is a few KiB; anything this large is not one
 _ROTATION = re.compile(r"\.(\d+)(?:\.(?:gz|zst|zstd))?$")
 _DATEEXT = re.compile(r"-(\d{4})-?(\d{2})-?(\d{2})(\d{2})?(?:\.log)?(?:\.(?:gz|zst|zstd))?$")
@@ -431,7 +435,14 @@ def load_bundle(path: Path | str) -> Bundle:
     seen_nodes = [p.name for p in node_listing.files]
     in_job = set(job.nodes)
     all_nodes = list(job.nodes) + [n for n in seen_nodes if n not in in_job]
+    # a job of thousands of nodes without logs here: one missing entry per stream for them
+    # all, not one per node (200,000 nodes made 600,000 entries and 1.26 GiB)
+    with_dir = set(seen_nodes)
+    absent = [n for n in job.nodes if n not in with_dir and _NODE_NAME.fullmatch(n)]
+    folded = set(absent) if len(absent) > FOLD_NODES and not node_listing.problem else set()
     for node in all_nodes:
+        if node in folded:
+            continue
         grouped: dict[Stream, list[Path]] = {}
         if _NODE_NAME.fullmatch(node):
             listing = _files(
@@ -498,6 +509,15 @@ def load_bundle(path: Path | str) -> Bundle:
             )
         if metrics:
             specs.append(_metrics_spec(root, metrics, node, trust.get(Stream.METRICS)))
+
+    if folded:
+        label = compress(absent)
+        count = CoverageNote("nodes_folded", {"count": len(absent)})
+        specs.extend(
+            SourceSpec(stream=stream, node=label, paths=[], notes=[count], trust=trust.get(stream))
+            for stream in EXPECTED_NODE_STREAMS
+            if site_reads(stream)
+        )
 
     # controller log
     ctld: list[Path] = []

@@ -582,6 +582,7 @@ class Alternative:
 COVERAGE_NOTES: Mapping[str, str] = {
     # a source and its files
     "no_file": "no file for this source",
+    "nodes_folded": "{count} nodes of the job have no log here, in this one entry",
     "unreadable": "{file}: {error}",
     "read_error": "{file}: read error after {lines} lines: {error}",
     "reader_failed": "reader failed: {error}",

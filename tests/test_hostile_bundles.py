@@ -76,20 +76,7 @@ def peak_kib(args: list[str]) -> tuple[int, int, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True, reason="see test_a_job_of_200000_nodes_stays_under_256_mib"
-            ),
-        )
-        if name == "source-many-nodes"
-        else name
-        for name in BUNDLES
-    ],
-)
+@pytest.mark.parametrize("name", BUNDLES)
 def test_a_reproducer_stays_within_memory(name: str) -> None:
     started = time.monotonic()
     code, peak, err = peak_kib(["diagnose", "--json", str(HOSTILE / name)])

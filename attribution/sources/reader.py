@@ -309,8 +309,13 @@ class _Decoded(io.BufferedIOBase):
 
     def read(self, size: int | None = -1) -> bytes:
         want = _BUFFER if size is None or size < 0 else size
-        if self._pending:
+        if self._pending:  # what ``head`` looked at, then as much more as was asked for
             out, self._pending = self._pending[:want], self._pending[want:]
+            if len(out) < want and self._failed is None:
+                try:
+                    out += self._decode(want - len(out))
+                except DECODE_ERRORS as failure:  # said by the next read
+                    self._failed = failure
             return out
         if self._failed is not None:
             exc, self._failed = self._failed, None
