@@ -398,8 +398,9 @@ def _ownership_facts(
                 if text not in (None, "") and when[edge] is None:
                     raise bad(f"other_jobs.{node}", f"{edge}: not a time: {_shown(text)}")
             if when["start"] and when["end"] and when["end"] < when["start"]:
+                # its job_id is text or a whole number in range (checked above): str() is safe
                 raise bad(
-                    f"other_jobs.{node}", f"job {_shown(item['job_id'])}: end is before start"
+                    f"other_jobs.{node}", f"job {_clean(item['job_id'])}: end is before start"
                 )
             user = item.get("user")
             jobs.append(

@@ -70,7 +70,7 @@ def test_store_history_turns_a_repeat_into_hardware(
     [
         ("- {job: 1, node: n1, device: x}\n", 1, "lacks code"),
         ("- {job: 1, node: n1, device: x, code: 13}\n- 7\n", 2, "must be a mapping"),
-        ("- {job: 1, node: n1, device: x, code: 13, at: yesterday}\n", 1, "bad time"),
+        ("- {job: 1, node: n1, device: x, code: 13, at: yesterday}\n", 1, "is not a time"),
         ("job: 1\n", 1, "must be a list"),
         ("- {job: 1, node: n1, device: x, code: thirteen}\n", 1, "bad history entry"),
     ],

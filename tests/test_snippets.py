@@ -238,7 +238,7 @@ SNIPPETS: list[tuple[str, str, str]] = [
     (
         "launch",
         INFRA,
-        "srun: error: Task launch for StepId=1234.0 failed on node gpu12: Socket timed out on send/recv operation",
+        "srun: error: Task launch for StepId=1234.0 failed on node node1: Socket timed out on send/recv operation",
     ),
     (
         # the snippets' job has one node: ranks missing there were never started

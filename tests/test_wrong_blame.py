@@ -124,8 +124,11 @@ def test_a_pid_claimed_in_the_jobs_output_does_not_blame_a_shared_node(
             },
             "other_jobs.gpu012: job 4243: end is before start",
         ),
-        ({"uid": "9" * 5000}, "uid: 99999999999999999999... is not a uid"),
-        ({"restart_count": "9" * 30}, "is not a restart_count"),
+        ({"uid": "9" * 5000}, "uid: a number of 5,000 digits is outside 0 to 4,294,967,295"),
+        (
+            {"restart_count": "9" * 30},
+            "restart_count: a number of 30 digits is outside 0 to 65,535",
+        ),
     ],
 )
 def test_per_node_facts_that_fit_no_node_are_refused(
