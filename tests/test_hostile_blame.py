@@ -223,3 +223,30 @@ def test_a_condition_pattern_that_backtracks_is_bounded_and_said(tmp_path: Path)
         if n.get("code") == "condition_timeout"
     ]
     assert notes, verdict["coverage"]
+
+
+# ---- found by the fuzz suite (tests/fuzz): a node outside the job reaching the verdict's text
+# through a line around the claim, not the claim's own words
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        # the bus error's node came from srun's line about another host
+        "gpu-b02: srun: error: gpu-z07: tasks 0-7: Bus error\n",
+        # the CUDA OOM names no node; the step's other line names one outside the job
+        "0: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+        "0: srun: error: Task launch for StepId=100.0 failed on node gpu-z07: Communication"
+        " connection failure\n",
+        # a printed controller line whose host list mixes job nodes and others
+        "0: RuntimeError: step failed\n[2026-06-10T10:20:00.000] error: Nodes"
+        " gpu-b02,gpu-z07,gpu-z08 not responding, setting DOWN\n",
+        # an ECC claim without a node, beside a host list of nodes outside the job
+        "[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+        "0: srun: error: gpu-z08,gpu-z09: task 0: Exited with exit code 1\n",
+    ],
+    ids=["bus-error-srun-host", "oom-beside-launch", "lost-together-mixed", "ecc-beside-list"],
+)
+def test_a_node_outside_the_job_never_reaches_the_text(tmp_path: Path, output: str) -> None:
+    verdict = _diagnose(_bundle(tmp_path / "b", output))
+    _no_forged_blame(verdict)

@@ -294,6 +294,18 @@ def _confirm(cand: Candidate, job: JobRecord) -> None:
     read, and a process of the job reports on the job's nodes only; a node claim that names
     none of the job's nodes is kept in ``outside`` and does not stand (``_contradicted``)."""
     in_job = set(job.nodes)
+    listed = cand.values.get("named_nodes")
+    if (
+        in_job
+        and isinstance(listed, str)
+        and any(n not in in_job for n in listed.split(","))
+        and not any(e.trusted for e in cand.evidence)
+    ):
+        # an untrusted line's host list ({named_nodes}) as the verdict shows it: the job's
+        # nodes in it (slurmctld's own list of nodes lost together is shown whole)
+        kept = [n for n in listed.split(",") if n in in_job]
+        cand.values = {**cand.values, "named_nodes": ",".join(kept) or None}
+        _render_texts(cand)
     if in_job and cand.values.get("node") not in (None, "", *in_job) and not cand.responsible:
         # the node its summary names came from a line that names a node outside the job (a
         # host prefix, a Slurm line of another step): the verdict never names it
@@ -343,20 +355,22 @@ def _confirm(cand: Candidate, job: JobRecord) -> None:
     dropped = [r.node for r in unconfirmed if in_job and r.node not in in_job]
     claimed = set(_listed_nodes(cand.anchor_events))
     cand.outside = tuple(dict.fromkeys(n for n in dropped if n in claimed))
-    if (
-        dropped
+    any_node = (
+        bool(dropped)
         and not confirmed
         and not cand.suspects
         and not cand.outside
         and cand.rule.sub_domain in _NODE_DOMAINS
-    ):
+    )
+    if any_node:
         # a node fault whose nodes came from lines around it (a host prefix, another line of
         # the step), none of the job's: as a claim that names no node, any of the job's nodes
         cand.suspects = tuple(Responsible(node=n, component=cand.rule.component) for n in job.nodes)
     if dropped:
         # the summary and action were written for every node the evidence named: name only
-        # those that stand (confirmed, else suspects of the job), never one outside the job
-        _rerender(cand, [r.node for r in confirmed or cand.suspects])
+        # those that stand (confirmed, else suspects of the job), never one outside the job,
+        # and none in particular when any of the job's nodes may be meant
+        _rerender(cand, [] if any_node else [r.node for r in confirmed or cand.suspects])
     cand.responsible = confirmed
     untrusted = {e.stream.value for e in evidence if not e.trusted}
     if any(e.owner_claimed for e in evidence):
@@ -386,11 +400,16 @@ def _rerender(cand: Candidate, nodes: Sequence[str]) -> None:
     values["nodes"] = compress(list(nodes)) if nodes else None
     values["node_count"] = len(set(nodes))
     cand.values = values
-    # no node stands: a bare {node} reads "the job's nodes"; an optional [[ on {node}]] goes
+    _render_texts(cand)
+
+
+def _render_texts(cand: Candidate) -> None:
+    """Render the summary and action again from ``cand.values``. Where no node stands, a bare
+    ``{node}`` reads "the job's nodes"; an optional ``[[ on {node}]]`` is left out."""
     stand_in = {"node": _ANY_NODE, "nodes": _ANY_NODE}
-    cand.summary = _possessive(render(cand.rule.summary, values, stand_in=stand_in))
+    cand.summary = _possessive(render(cand.rule.summary, cand.values, stand_in=stand_in))
     cand.action = (
-        _possessive(render(cand.rule.action, values, stand_in=stand_in))
+        _possessive(render(cand.rule.action, cand.values, stand_in=stand_in))
         if cand.rule.action
         else None
     )
