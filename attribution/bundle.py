@@ -180,7 +180,9 @@ def optional_file(root: Path, name: str, notes: list[CoverageNote] | None = None
     (a FIFO would block its reader forever)."""
     path = root / name
     try:
-        if path.is_symlink() and not inside_bundle(root, path):
+        # the whole path, links resolved: a directory on the way may be the link out
+        # (``slurm/`` -> elsewhere, for ``slurm/slurmctld.log``)
+        if (path.is_symlink() or path.exists()) and not inside_bundle(root, path):
             code = "link_out_of_bundle"
         elif path.is_file():
             return path

@@ -370,3 +370,21 @@ def test_a_decoded_read_gives_all_it_was_asked_for(how: str, tmp_path: Path) -> 
     with reader.open_log(log) as handle:
         assert handle.read(20_000) == text[:20_000]
         assert handle.read(1 << 20) == text[20_000:]
+
+
+def test_a_directory_linked_out_of_the_bundle_is_not_followed(tmp_path: Path) -> None:
+    """``slurm/`` a link out of the bundle: ``slurm/slurmctld.log`` under it is outside too
+    (its lines named a job node as not responding, a verdict from a file the bundle does not
+    hold)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "slurmctld.log").write_text(
+        "[2026-01-01T10:30:00.000] error: Nodes n1 not responding, setting DOWN\n"
+    )
+    bundle = _copy("link-out-slurmctld", tmp_path)
+    (bundle / "slurm").symlink_to(elsewhere)
+    result, verdict = _diagnose(bundle)
+    assert verdict["responsible"] == [], verdict["summary"]
+    ctld = _entry(verdict, "slurmctld", None)
+    assert ctld["status"] == "missing", ctld
+    assert {"code": "link_out_of_bundle", "args": {"file": "slurm/slurmctld.log"}} in ctld["notes"]
