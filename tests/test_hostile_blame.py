@@ -244,8 +244,23 @@ def test_a_condition_pattern_that_backtracks_is_bounded_and_said(tmp_path: Path)
         # an ECC claim without a node, beside a host list of nodes outside the job
         "[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
         "0: srun: error: gpu-z08,gpu-z09: task 0: Exited with exit code 1\n",
+        # NCCL peers outside the job, reported from both job nodes (a breaker run)
+        "gpu-b01:1:1 [0] misc/socket.cc:47 NCCL WARN socketProgress: Connection closed by"
+        " remote peer gpu-z99<41234>\ngpu-b02:1:1 [0] misc/socket.cc:47 NCCL WARN"
+        " socketProgress: Connection closed by remote peer gpu-z99<41234>\n",
+        "gpu-b01:1:1 [0] NCCL WARN NET/IB : Got completion from peer gpu-z99<55921> with"
+        " status=12 opcode=1 len=0 vendor err 129 (Recv)\ngpu-b02:1:1 [0] NCCL WARN NET/IB :"
+        " Got completion from peer gpu-z99<55921> with status=12 opcode=1 len=0 vendor err 129"
+        " (Recv)\n",
     ],
-    ids=["bus-error-srun-host", "oom-beside-launch", "lost-together-mixed", "ecc-beside-list"],
+    ids=[
+        "bus-error-srun-host",
+        "oom-beside-launch",
+        "lost-together-mixed",
+        "ecc-beside-list",
+        "peer-lost-outside",
+        "ib-peer-outside",
+    ],
 )
 def test_a_node_outside_the_job_never_reaches_the_text(tmp_path: Path, output: str) -> None:
     verdict = _diagnose(_bundle(tmp_path / "b", output))

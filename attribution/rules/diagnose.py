@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from attribution.hostlist import compress
+from attribution.hostlist import compress, is_ip, short_name
 from attribution.model import (
     Alternative,
     Cause,
@@ -306,6 +306,18 @@ def _confirm(cand: Candidate, job: JobRecord) -> None:
         kept = [n for n in listed.split(",") if n in in_job]
         cand.values = {**cand.values, "named_nodes": ",".join(kept) or None}
         _render_texts(cand)
+    peer = cand.values.get("peer")
+    if (
+        in_job
+        and isinstance(peer, str)
+        and short_name(peer) not in in_job
+        and not is_ip(short_name(peer))
+        and not any(e.trusted for e in cand.evidence)
+    ):
+        # a peer the job's own lines name that is no node of the job: a process of the job
+        # talks to the job's nodes; the texts say so and never name it
+        cand.values = {**cand.values, "peer": None}
+        _render_texts(cand)
     if in_job and cand.values.get("node") not in (None, "", *in_job) and not cand.responsible:
         # the node its summary names came from a line that names a node outside the job (a
         # host prefix, a Slurm line of another step): the verdict never names it
@@ -406,7 +418,7 @@ def _rerender(cand: Candidate, nodes: Sequence[str]) -> None:
 def _render_texts(cand: Candidate) -> None:
     """Render the summary and action again from ``cand.values``. Where no node stands, a bare
     ``{node}`` reads "the job's nodes"; an optional ``[[ on {node}]]`` is left out."""
-    stand_in = {"node": _ANY_NODE, "nodes": _ANY_NODE}
+    stand_in = {"node": _ANY_NODE, "nodes": _ANY_NODE, "peer": _OUTSIDE_PEER}
     cand.summary = _possessive(render(cand.rule.summary, cand.values, stand_in=stand_in))
     cand.action = (
         _possessive(render(cand.rule.action, cand.values, stand_in=stand_in))
@@ -421,6 +433,7 @@ def _possessive(text: str) -> str:
 
 
 _ANY_NODE = "the job's nodes"
+_OUTSIDE_PEER = "(a host outside this job)"
 
 
 def _contradicted(
