@@ -8,8 +8,10 @@ whose coverage entry for the offending file says what was done with it.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import lzma
 import os
 import shutil
 import sys
@@ -383,8 +385,32 @@ def test_a_directory_linked_out_of_the_bundle_is_not_followed(tmp_path: Path) ->
     )
     bundle = _copy("link-out-slurmctld", tmp_path)
     (bundle / "slurm").symlink_to(elsewhere)
-    result, verdict = _diagnose(bundle)
+    _, verdict = _diagnose(bundle)
     assert verdict["responsible"] == [], verdict["summary"]
     ctld = _entry(verdict, "slurmctld", None)
     assert ctld["status"] == "missing", ctld
     assert {"code": "link_out_of_bundle", "args": {"file": "slurm/slurmctld.log"}} in ctld["notes"]
+
+
+@pytest.mark.parametrize("kind", ["bzip2", "xz"])
+def test_bzip2_and_xz_read_every_stream_and_say_so_of_junk_after_them(
+    kind: str, tmp_path: Path
+) -> None:
+    """Consecutive streams are all read (pbzip2, xz -T); bytes after the last that start none
+    are an error that keeps what came before (BZ2File and LZMAFile dropped them silently, and
+    a breaker run lost an XID 79 behind them with coverage 'ok')."""
+    pack = bz2.compress if kind == "bzip2" else lzma.compress
+    first, second = CHATTER.encode(), XID79.encode()
+    padding = b"\0" * 4 if kind == "xz" else b""  # the xz format's stream padding
+    log = tmp_path / "kern.log"
+    log.write_bytes(pack(first) + padding + pack(second))
+    with reader.open_log(log) as handle:
+        assert handle.read(1 << 16) == first + second
+    log.write_bytes(pack(first) + second)  # plain text after the stream
+    with reader.open_log(log) as handle:
+        assert handle.read(1 << 16) == first
+        with pytest.raises(ValueError, match=f"junk after the end of the {kind} stream"):
+            _drain(handle)
+    log.write_bytes(pack(first + second)[:-10])  # cut
+    with reader.open_log(log) as handle, pytest.raises(EOFError, match="truncated"):
+        _drain(handle)

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, cast
+from typing import Protocol
 
 from attribution.errors import SourceError
 from attribution.model import CoverageNote
@@ -105,8 +105,8 @@ _UNDECODED = (
 _DECODERS: dict[str, Callable[[io.BufferedIOBase], io.BufferedIOBase]] = {
     "gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
     "zstd": lambda f: zstd.ZstdFile(f),
-    "bzip2": lambda f: bz2.BZ2File(f),
-    "xz": lambda f: lzma.LZMAFile(cast(IO[bytes], f)),  # noqa: SIM115 (closed by _Decoded)
+    "bzip2": lambda f: io.BufferedReader(_Streams(f, bz2.BZ2Decompressor, b"BZh", "bzip2")),
+    "xz": lambda f: io.BufferedReader(_Streams(f, lzma.LZMADecompressor, b"\xfd7zXZ\x00", "xz")),
 }
 
 
@@ -225,6 +225,78 @@ def _decoding(raw: io.FileIO, head: bytes) -> LogHandle:
         stream.kind = layers[0] if layers else stream.kind
         stream.layers = tuple(layers)
     return stream
+
+
+class _Decompressor(Protocol):
+    @property
+    def eof(self) -> bool: ...
+    @property
+    def needs_input(self) -> bool: ...
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes, max_length: int = -1, /) -> bytes: ...
+
+
+class _Streams(io.RawIOBase):
+    """Consecutive bzip2 or xz streams (what ``pbzip2`` and ``xz -T`` write) decoded in turn.
+    Bytes after the last stream that start no new one are an error, never dropped without a
+    word (``BZ2File`` and ``LZMAFile`` ignore them); NUL padding between xz streams is allowed
+    (the xz format's stream padding)."""
+
+    def __init__(
+        self, source: io.IOBase, make: Callable[[], _Decompressor], magic: bytes, kind: str
+    ) -> None:
+        super().__init__()
+        self._source, self._make, self._magic, self._kind = source, make, magic, kind
+        self._decoder = make()
+        self._input = b""  # read from the source, not yet given to a decoder
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _more(self) -> bytes:
+        data: bytes = self._source.read(_PIECE)
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        want = _BUFFER if size is None or size < 0 else size
+        while not self._done:
+            if self._decoder.eof:
+                rest = self._decoder.unused_data + self._input
+                self._input = b""
+                if self._kind == "xz":
+                    rest = rest.lstrip(b"\0")
+                while len(rest) < len(self._magic) and (more := self._more()):
+                    rest = rest + more
+                    if self._kind == "xz":
+                        rest = rest.lstrip(b"\0")
+                if not rest:
+                    self._done = True
+                    break
+                if not rest.startswith(self._magic):
+                    self._done = True
+                    raise ValueError(
+                        f"junk after the end of the {self._kind} stream ({rest[:8]!r}...); the"
+                        " rest not read"
+                    )
+                self._decoder, self._input = self._make(), rest
+            if self._decoder.needs_input:
+                data, self._input = self._input or self._more(), b""
+                if not data:
+                    raise EOFError(f"the {self._kind} stream is truncated")
+            else:
+                data = b""
+            out = self._decoder.decompress(data, want)
+            if out:
+                return out
+        return b""
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 class _Taken(io.RawIOBase):
