@@ -414,3 +414,23 @@ def test_bzip2_and_xz_read_every_stream_and_say_so_of_junk_after_them(
     log.write_bytes(pack(first + second)[:-10])  # cut
     with reader.open_log(log) as handle, pytest.raises(EOFError, match="truncated"):
         _drain(handle)
+
+
+def test_compressed_files_of_one_job_share_a_decoding_budget(tmp_path: Path) -> None:
+    """Forty rotated 98 KB zstd files of 1 GiB each (a breaker run: 61 s, and past 120 s
+    with a hundred) stop together at the job's budget (16 GiB; 1 KiB here), each saying why."""
+    budget = reader.DecodeBudget(left=1024, total=1024)
+    logs = []
+    for i in range(3):
+        log = tmp_path / f"kern.log.{i}.zst"
+        log.write_bytes(zstd.compress(b"x" * 700 + b"\n"))
+        logs.append(log)
+    got = []
+    for log in logs:
+        with reader.open_log(log, budget=budget) as handle:
+            try:
+                while piece := handle.read(100):
+                    got.append(piece)
+            except ValueError as exc:
+                assert "the cap for one job" in str(exc)
+    assert sum(map(len, got)) == 1024 and budget.left == 0

@@ -48,7 +48,7 @@ def last_stamp(block: bytes, ctx: ReadContext) -> datetime | None:
 def first_time(path: Path, ctx: ReadContext, *, nofollow: bool = False) -> datetime | None:
     """The first wall-clock time in a file (from a few KiB of its head), or None."""
     try:
-        with open_log(path, nofollow=nofollow) as handle:
+        with open_log(path, nofollow=nofollow, budget=ctx.decode_budget) as handle:
             head = handle.read(PROBE)
             stamp = first_stamp(head.split(b"\n")[:-1] or [head], ctx)
             if stamp is None and len(head) == PROBE:
@@ -66,7 +66,7 @@ def count_banners(path: Path, ctx: ReadContext, *, nofollow: bool = False) -> in
         return 0
     count, tail = 0, b""
     try:
-        with open_log(path, nofollow=nofollow) as handle:
+        with open_log(path, nofollow=nofollow, budget=ctx.decode_budget) as handle:
             while chunk := handle.read(_BANNER_CHUNK):
                 data = tail + chunk
                 count += data.count(_BANNER)

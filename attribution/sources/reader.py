@@ -45,6 +45,8 @@ DEFAULT_MAX_LINE = 64 * 1024
 # and encoded files"): a bomb (1 MiB of zstd that expands to 20 GB) stops here, in seconds.
 MAX_DECOMPRESSED = 4 << 30
 MAX_LAYERS = 2  # compression layers decoded (gzip of zstd); a third is refused
+# Decoded bytes all compressed or encoded files of one diagnosis give together (DecodeBudget)
+MAX_DECODED_JOB = 16 << 30
 # Bytes a decompressing layer may take beyond what it gives (plus 1/32 of what it took): real
 # streams give more than they take; runs of empty members or frames cost time and give nothing.
 _SLACK = 4 << 20
@@ -147,7 +149,19 @@ def _mostly(tests: Iterable[bool]) -> bool:
     return held * 4 >= total * 3
 
 
-def open_log(path: Path, *, nofollow: bool = False, plain: bool = False) -> LogHandle:
+@dataclass(slots=True)
+class DecodeBudget:
+    """Decoded bytes that the compressed and encoded files of one diagnosis may still give
+    together (``ReadContext.decode_budget``): forty rotated 1 GiB bombs each stop at the
+    per-file cap, and together here."""
+
+    left: int = MAX_DECODED_JOB
+    total: int = MAX_DECODED_JOB
+
+
+def open_log(
+    path: Path, *, nofollow: bool = False, plain: bool = False, budget: DecodeBudget | None = None
+) -> LogHandle:
     """Open a log file for binary reading, decoding compression and encodings transparently.
 
     The file is opened without blocking (a FIFO never holds the reader) and must be a regular
@@ -159,6 +173,7 @@ def open_log(path: Path, *, nofollow: bool = False, plain: bool = False) -> LogH
             controls.
         plain: read the bytes as they are, never decompressed or transcoded (job output:
             its owner could rewrite a checked file as a gzip bomb).
+        budget: decoded bytes this file may take from what one diagnosis may decode.
 
     Returns:
         An unbuffered ``io.FileIO`` for plain files, else a decoding reader.
@@ -189,13 +204,13 @@ def open_log(path: Path, *, nofollow: bool = False, plain: bool = False) -> LogH
     if plain:
         return raw
     try:
-        return _decoding(raw, head)
+        return _decoding(raw, head, budget)
     except BaseException:
         raw.close()
         raise
 
 
-def _decoding(raw: io.FileIO, head: bytes) -> LogHandle:
+def _decoding(raw: io.FileIO, head: bytes, budget: DecodeBudget | None = None) -> LogHandle:
     """``raw`` with its compression layers and text encoding undone (``head``: its start)."""
     stream: LogHandle = raw
     layers: list[str] = []
@@ -224,6 +239,7 @@ def _decoding(raw: io.FileIO, head: bytes) -> LogHandle:
         # what the file is stored as: its outer compression, else its encoding
         stream.kind = layers[0] if layers else stream.kind
         stream.layers = tuple(layers)
+        stream.attach(budget)  # what the reader is given is what counts
     return stream
 
 
@@ -359,12 +375,25 @@ class _Decoded(io.BufferedIOBase):
         self._inner = make(feed)  # type: ignore[arg-type]
         self._pending = b""
         self._failed: BaseException | None = None
+        self.budget: DecodeBudget | None = None
 
     def readable(self) -> bool:
         return True
 
     def fileno(self) -> int:
         return self._raw.fileno()
+
+    def attach(self, budget: DecodeBudget | None) -> None:
+        """Count what this stream gives against ``budget`` from now on, and the head it has
+        already decoded (``head``) at once."""
+        self.budget = budget
+        if budget is None:
+            return
+        if len(self._pending) > budget.left:
+            self._pending = self._pending[: budget.left]
+            if self._failed is None:
+                self._failed = DecodeCut(_over_budget(budget))
+        budget.left -= len(self._pending)
 
     def head(self, size: int) -> bytes:
         """The first ``size`` bytes (fewer at the end or before an error), read again by the
@@ -408,13 +437,20 @@ class _Decoded(io.BufferedIOBase):
             if not piece:
                 break
             room = len(piece) if self._cap is None else self._cap - self.given
-            if len(piece) > room:
-                piece = piece[:room]
-                self._failed = DecodeCut(
-                    f"decompressed to {self._cap:,} bytes, the cap for one file"
-                    " (docs/bundles.md); the rest not read"
-                )
+            shared = self.budget.left if self.budget is not None else len(piece)
+            if len(piece) > min(room, shared):
+                if room <= shared:
+                    why = (
+                        f"decompressed to {self._cap:,} bytes, the cap for one file"
+                        " (docs/bundles.md); the rest not read"
+                    )
+                else:
+                    why = _over_budget(self.budget)
+                piece = piece[: min(room, shared)]
+                self._failed = DecodeCut(why)
             self.given += len(piece)
+            if self.budget is not None:
+                self.budget.left -= len(piece)
             out += piece
             if self._failed is not None:
                 if not out:
@@ -433,6 +469,14 @@ class _Decoded(io.BufferedIOBase):
         finally:
             self._raw.close()
             super().close()
+
+
+def _over_budget(budget: DecodeBudget | None) -> str:
+    total = budget.total if budget is not None else 0
+    return (
+        f"the job's compressed logs decoded to {total:,} bytes, the cap for one job"
+        " (docs/bundles.md); the rest not read"
+    )
 
 
 def _explained(exc: BaseException, kind: str) -> BaseException:

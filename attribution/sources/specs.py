@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from attribution.model import DEFAULT_TRUST, CoverageNote, Stream, Trust
-from attribution.sources.reader import DEFAULT_MAX_LINE
+from attribution.sources.reader import DEFAULT_MAX_LINE, DecodeBudget
 
 # Picked lines of one file parsed in full before the lines only progress extractors read (a
 # training step, a progress bar) are sampled: after these, each block gives its last progress
@@ -135,6 +135,8 @@ class ReadContext:
     seek_threshold: int = 1 << 20
     job_span: tuple[datetime, datetime] | None = None  # (start, end) UTC, for ``last output``
     node_set: frozenset[str] = field(init=False, default=frozenset())
+    # what the compressed and encoded files of this diagnosis may still decode, together
+    decode_budget: DecodeBudget = field(default_factory=DecodeBudget)
 
     def __post_init__(self) -> None:
         self.job_nodes = tuple(self.job_nodes)  # and so node_set (``__setattr__``)

@@ -175,7 +175,12 @@ class SourceReader:
         return [str(p) for p in self.spec.paths]
 
     def _open(self, path: Path) -> LogHandle:
-        handle = open_log(path, nofollow=self.spec.nofollow, plain=self.spec.plain)
+        handle = open_log(
+            path,
+            nofollow=self.spec.nofollow,
+            plain=self.spec.plain,
+            budget=self.ctx.decode_budget,
+        )
         if (
             self.spec.owner_uid is not None
             and os.fstat(handle.fileno()).st_uid != self.spec.owner_uid
