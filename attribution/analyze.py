@@ -757,7 +757,7 @@ def _note_ownership(
     for c in coverage:
         node = c.node
         if c.stream is Stream.KERNEL and "nodes_folded" in c.codes:
-            c = c.noted(note)  # the entry of the job's nodes without a log (bundle.FOLD_NODES)
+            c = c.noted(note)  # the entry of the job's nodes without a log (specs.FOLD_NODES)
         elif node is not None and node in nodes and node not in done and c.stream is Stream.KERNEL:
             c = c.noted(note)
             done.add(node)

@@ -45,15 +45,12 @@ from attribution.scan import read_context
 from attribution.sources.journal import is_journal_file, journal_specs
 from attribution.sources.metrics import is_metrics_file
 from attribution.sources.readahead import read_sources
-from attribution.sources.specs import SourceSpec
+from attribution.sources.specs import FOLD_NODES, SourceSpec
 from attribution.sources.streams import file_stem, job_stream_for, node_stream_for
 from attribution.topology import Topology
 
 # Streams every job node is expected to have; absent ones get a "missing" coverage entry.
 EXPECTED_NODE_STREAMS = (Stream.KERNEL, Stream.SYSLOG, Stream.FABRICMANAGER)
-# job nodes without a directory in the bundle beyond which their missing entries are folded
-# into one per stream, its node a host list (docs/bundles.md)
-FOLD_NODES = 1000
 MAX_RECORD_BYTES = 16 << 20  # a job.json is a few KiB; anything this large is not one
 _ROTATION = re.compile(r"\.(\d+)(?:\.(?:gz|zst|zstd))?$")
 _DATEEXT = re.compile(r"-(\d{4})-?(\d{2})-?(\d{2})(\d{2})?(?:\.log)?(?:\.(?:gz|zst|zstd))?$")

@@ -31,7 +31,7 @@ from typing import Any
 
 from attribution.config import DEFAULT_CONFIG, Config
 from attribution.errors import AttributionError, Location, StoreError
-from attribution.hostlist import compress
+from attribution.hostlist import HostlistError, compress, expand
 from attribution.model import STREAM_GROUPS
 from attribution.spool import LOCK_NAME, MAX_ENTRY_BYTES, SUBDIRS, Spool
 from attribution.store import Store
@@ -811,6 +811,17 @@ def _oldest_end(store: Store) -> str | None:
     return row["end"] if row else None
 
 
+def _entry_nodes(node: str) -> tuple[str, ...]:
+    """The nodes of a coverage entry's ``node``: itself, or each node of the host list of an
+    entry that stands for many (a node name holds no bracket or comma)."""
+    if "[" not in node and "," not in node:
+        return (node,)
+    try:
+        return expand(node)
+    except HostlistError:
+        return (node,)
+
+
 def _evidence(store: Store, now: datetime) -> EvidenceState:
     since = _since(now, DAY)
     rows = store.coverage_by_stream(since, {"node": NODE_LOG_STREAMS})
@@ -819,10 +830,12 @@ def _evidence(store: Store, now: datetime) -> EvidenceState:
     streams.sort(key=lambda s: s.stream)
     oldest = _age(now, _oldest_end(store))
     covered = None if oldest is None else round(min(max(oldest, 0.0), LINES_LOOKBACK), 3)
-    last = {
-        (r["stream"], r["node"]): r["last_lines_at"]
-        for r in store.coverage_by_node(since, NODE_LOG_STREAMS)
-    }
+    last: dict[tuple[str, str], str | None] = {}
+    for r in store.coverage_by_node(since, NODE_LOG_STREAMS):
+        # an entry that stood for many nodes without a log (``nodes_folded``) is each of them
+        for node in _entry_nodes(r["node"]):
+            at, seen = r["last_lines_at"], last.get((r["stream"], node))
+            last[(r["stream"], node)] = max(at, seen) if at and seen else at or seen
     # only the sources with no lines in the window are looked for further back (a long read)
     earlier = store.last_lines(
         _since(now, LINES_LOOKBACK), since, [s for s, at in last.items() if at is None]

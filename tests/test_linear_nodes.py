@@ -178,3 +178,49 @@ def test_compress_gives_clustershells_text() -> None:
     many = [f"node{i:05d}" for i in range(1, NODES + 1) if i != 77]
     assert compress(many) == "node[00001-00076,00078-16000]"
     assert compress(["gpu٣"]) == str(NodeSet.fromlist(["gpu٣"], resolver=RESOLVER_NOGROUP))
+
+
+def test_the_workers_collection_of_a_16000_node_job_folds_nodes_without_logs(
+    tmp_path: Path, ruleset: RuleSet
+) -> None:
+    """The worker's own path (``collect`` from the site's path templates, not a bundle): the
+    nodes without a log share one missing entry per stream, the XID on the bad node decides.
+    Before, each of the 16,000 nodes had two entries (200,000 nodes: 17 s and 930 MiB)."""
+    from datetime import UTC, datetime
+
+    from attribution.analyze import analyze
+    from attribution.collect import collect
+    from attribution.config import Config
+    from attribution.model import JobRecord
+    from attribution.scan import read_context
+
+    bundle = _big_bundle(tmp_path / "big", NODES, 64)
+    job = JobRecord(
+        job_id="777",
+        cluster="big",
+        nodes=tuple(expand(f"node[00001-{NODES:05d}]")),
+        state="FAILED",
+        exit_code="1:0",
+        start=datetime(2026, 5, 20, 8, tzinfo=UTC),
+        end=datetime(2026, 5, 20, 14, tzinfo=UTC),
+        exclusive=True,
+    )
+    config = Config.model_validate(
+        {"logs": {"kernel": [str(bundle / "nodes/{node}/kern.log")], "syslog": []}}
+    )
+    with collect(job, config) as col:
+        assert len(col.specs) < 64 + 10
+        readers, lines = read_sources(col.specs, read_context(job, ruleset))
+        verdict = analyze(
+            job,
+            lines,
+            ruleset,
+            coverage=lambda: [col.adjust(c) for r in readers for c in r.coverages()],
+        )
+    assert verdict.cause is not None and verdict.cause.id == "gpu-fell-off-bus"
+    assert [r.node for r in verdict.responsible] == [BAD]
+    kernel = [c for c in verdict.coverage if c.stream is Stream.KERNEL]
+    (rest,) = [c for c in kernel if "nodes_folded" in c.codes]
+    assert len(kernel) == 64 + 1 and rest.codes == ("no_match", "nodes_folded")
+    assert rest.node is not None and len(expand(rest.node)) == NODES - 64
+    assert BAD not in expand(rest.node)

@@ -18,6 +18,12 @@ from attribution.sources.reader import DEFAULT_MAX_LINE, DecodeBudget
 PROGRESS_LINES = 2_000
 
 
+# A job of more nodes than this without a log of a stream gets one missing coverage entry for
+# them all (note ``nodes_folded``, its node a host list), not one per node: 200,000 nodes made
+# 400,000 entries (bundle loading and the worker's collection both fold).
+FOLD_NODES = 1000
+
+
 @dataclass(slots=True)
 class SourceSpec:
     """One source to read: a stream, its node (``None`` for job output), and its files.

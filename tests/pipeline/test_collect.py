@@ -286,3 +286,53 @@ def test_gpu_bus_ids_from_a_site_file_and_per_node_files(tmp_path: Path) -> None
     site.write_text("- not a mapping\n")
     found, notes = read_bus_ids(config, ["gpu01"])
     assert found == {} and "gpus.yaml" in notes[0]
+
+
+def test_thousands_of_nodes_without_logs_fold_into_one_entry_per_stream(tmp_path: Path) -> None:
+    """A job of more than FOLD_NODES nodes of which most have no log: one missing entry per
+    stream and reason stands for them (its node their host list, note ``nodes_folded``), the
+    nodes that have logs are read as ever, and a node whose files are all older than the window
+    keeps its own reason."""
+    from attribution.sources.specs import FOLD_NODES
+
+    nodes = tuple(f"n{i:05d}" for i in range(1, FOLD_NODES + 502))
+    touch(tmp_path / "hosts/n00007/kern.log", "n00007 hello\n", START + timedelta(minutes=5))
+    touch(tmp_path / "hosts/n00009/kern.log", "too old\n", START - timedelta(days=30))
+    (tmp_path / "out.log").write_text("job says hi\n")
+    j = job(tmp_path, nodes=nodes, nodelist=f"n[00001-{len(nodes):05d}]")
+    with collect(j, config(tmp_path)) as col:
+        assert len(col.specs) < 10  # not two per node
+        cov = read_all(col, j)
+    assert cov[("kernel", "n00007")].status is CoverageStatus.OK  # type: ignore[attr-defined]
+    assert cov[("kernel", "n00009")].codes == ("files_before_window",)  # type: ignore[attr-defined]
+    rest = f"n[00001-00006,00008,00010-{len(nodes):05d}]"
+    kernel = cov[("kernel", rest)]
+    assert kernel.status is CoverageStatus.MISSING  # type: ignore[attr-defined]
+    assert kernel.notes == (  # type: ignore[attr-defined]
+        CoverageNote("no_match", {"templates": str(tmp_path / "hosts/{node}/kern.log*")}),
+        CoverageNote("nodes_folded", {"count": len(nodes) - 2}),
+    )
+    syslog = cov[("syslog", f"n[00001-{len(nodes):05d}]")]  # no syslog template at all
+    assert syslog.codes == ("no_template", "nodes_folded")  # type: ignore[attr-defined]
+    assert cov["_lines"] == ["n00007 hello", "job says hi"]
+    # at FOLD_NODES nodes nothing is folded: one entry per node, as before
+    small = job(tmp_path, nodes=nodes[:FOLD_NODES], nodelist=f"n[00001-{FOLD_NODES:05d}]")
+    with collect(small, config(tmp_path)) as col:
+        kernel_nodes = [s.node for s in col.specs if s.stream is Stream.KERNEL]
+    assert kernel_nodes == list(small.nodes)
+
+
+def test_thousands_of_nodes_without_a_journal_fold(tmp_path: Path) -> None:
+    from attribution.sources.specs import FOLD_NODES
+
+    nodes = tuple(f"n{i:05d}" for i in range(1, FOLD_NODES + 2))
+    (tmp_path / "out.log").write_text("job says hi\n")
+    j = job(tmp_path, nodes=nodes, nodelist=f"n[00001-{len(nodes):05d}]")
+    cfg = Config.model_validate({"logs": {"journal": [str(tmp_path / "journal/{node}/*.journal")]}})
+    with collect(j, cfg) as col:
+        cov = read_all(col, j)
+    label = f"n[00001-{len(nodes):05d}]"
+    for stream in ("kernel", "syslog"):
+        assert cov[(stream, label)].codes == ("no_journal_match", "nodes_folded")  # type: ignore[attr-defined]
+        assert cov[(stream, label)].notes[1].args == {"count": len(nodes)}  # type: ignore[attr-defined]
+    assert not any(key[1] == "n00001" for key in cov if isinstance(key, tuple))

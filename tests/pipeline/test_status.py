@@ -895,3 +895,43 @@ def test_files_nobody_may_read_are_said_not_guessed(open_site: OpenSite) -> None
     assert (rq["retry_wait"], rq["retry_unknown"], rq["unreadable"]) == (1, 0, 0)
     assert root_data["worker"]["running"] is True
     assert rq["failed_reasons"][0]["reason"] == "malformed entry: no SLURM_JOB_ID"
+
+
+def test_a_folded_entry_counts_for_each_of_its_nodes(site: Site) -> None:
+    """A coverage entry that stood for many nodes without a log (``nodes_folded``, its node a
+    host list) is each of those nodes in the silent-node view, not one node named
+    ``gpu[003-010]``; a node's own entry with lines in another job still counts."""
+    nodes = tuple(f"gpu{i:03d}" for i in range(1, 11))
+    ok, missing = CoverageStatus.OK, CoverageStatus.MISSING
+    with site.store() as store:
+        store.save(
+            verdict(
+                "100",
+                end=ago(hours=26),
+                diagnosed=ago(hours=26),
+                nodes=nodes,
+                coverage=(
+                    cov(Stream.KERNEL, "gpu001", ok, 5),
+                    cov(Stream.KERNEL, "gpu002", ok, 5),
+                    cov(Stream.KERNEL, "gpu[003-010]", missing),
+                ),
+            )
+        )
+        store.save(
+            verdict(
+                "101",
+                end=ago(hours=2),
+                diagnosed=ago(hours=2),
+                nodes=nodes,
+                coverage=(
+                    cov(Stream.KERNEL, "gpu003", ok, 5),
+                    cov(Stream.KERNEL, "gpu[001-002,004-010]", missing),
+                ),
+            )
+        )
+    status = collect(load_config(site.config), config_file=str(site.config), now=NOW)
+    e = status.evidence
+    assert e is not None
+    kernel = {q.never: q for q in e.silent if q.stream == "kernel"}
+    assert kernel[True].nodes == "gpu[004-010]" and kernel[True].node_count == 7
+    assert kernel[False].nodes == "gpu[001-002]" and kernel[False].hours_min == 26.0
