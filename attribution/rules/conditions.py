@@ -166,6 +166,10 @@ def event_values(event: Event) -> dict[str, Any]:
     values.setdefault("stream", event.stream.value)
     values.setdefault("device", event.device)
     values.setdefault("text", event.text)
+    # whose it is (``attribution.ownership``): job, node, foreign or unknown; None until
+    # assessed, and never "job" only because the job's own output claimed it
+    owner = None if event.owner is None or event.owner_claimed else event.owner.value
+    values.setdefault("owner", owner)
     return values
 
 

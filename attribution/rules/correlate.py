@@ -250,9 +250,20 @@ def _distance(cause: Event, effect: Event) -> tuple[float, int]:
     return (float("inf"), effect.seq)
 
 
+def _named(event: Event) -> frozenset[str]:
+    """The nodes an event is about: its node, or each node its line names when it names
+    several (a host list, ``named_nodes``)."""
+    if event.node is not None:
+        return frozenset((event.node,))
+    listed = event.fields.get("named_nodes")
+    return frozenset(str(listed).split(",")) if listed else frozenset()
+
+
 def _nodes_ok(cause: Event, effect: Event, relation: str) -> bool:
     if relation == "same":
         return cause.node is not None and cause.node == effect.node
+    if relation == "named":
+        return bool(_named(cause) & _named(effect))
     if relation == "other":
         return cause.node != effect.node
     return True
@@ -299,6 +310,12 @@ def _cause_index(
             if cause.node is not None:
                 nodes[cause.node].append(i)
         return lambda effect: nodes.get(effect.node, ()) if effect.node is not None else ()
+    if rule.nodes == "named":
+        named: dict[str, list[int]] = defaultdict(list)
+        for i, cause in enumerate(causes):
+            for node in _named(cause):
+                named[node].append(i)
+        return lambda effect: sorted({i for n in _named(effect) for i in named.get(n, ())})
     every = range(len(causes))
     return lambda _effect: every
 

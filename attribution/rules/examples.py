@@ -231,7 +231,7 @@ def scenario_events(ruleset: RuleSet, scenario: Scenario) -> list[Event]:
     return out
 
 
-_KNOWN = {"event", "node", "at", "role", "rank", "count", "stream", "line", "trusted"}
+_KNOWN = {"event", "node", "at", "role", "rank", "count", "stream", "line", "trusted", "owner"}
 
 
 def _scenario_event(ruleset: RuleSet, spec: ScenarioEvent, index: int) -> Event:
@@ -298,6 +298,7 @@ def _scenario_event(ruleset: RuleSet, spec: ScenarioEvent, index: int) -> Event:
         in_window=None if when is None else True,
         seq=index,
         count=spec.count,
+        owner=spec.owner,
     )
 
 

@@ -27,6 +27,7 @@ from pydantic import (
 from attribution.model import (
     STREAM_GROUPS,
     EventRole,
+    Owner,
     RuleStatus,
     Severity,
     Stream,
@@ -439,6 +440,7 @@ class ScenarioEvent(BaseModel):
     stream: Stream | None = None
     line: int | None = Field(default=None, ge=1)  # line in the example's one file (default: order)
     trusted: bool | None = None  # default: what the stream is (model.DEFAULT_TRUST)
+    owner: Owner | None = None  # whose it is, as ``attribution.ownership`` would say
 
     @field_validator("at")
     @classmethod
@@ -493,7 +495,7 @@ class CorrelationBase(Header):
       suppress  - ``symptoms`` become downstream when a candidate root exists
                   (``roots``, default: any root/either event not itself a symptom).
       sequence  - ``cause`` then ``effect`` within ``within`` on ``nodes``
-                  same/other/any (or ``within_lines`` lines later in the same
+                  same/named/other/any (or ``within_lines`` lines later in the same
                   file; ``nearest``: only the closest effect of each cause);
                   ``mark`` changes roles; may produce a finding.
       vote      - reporters of ``select`` name a peer in ``field``; the peer named
@@ -539,7 +541,8 @@ class SequenceCorrelation(CorrelationBase):
     within: float | None = None  # seconds
     within_lines: int | None = Field(default=None, ge=0)  # same file, at most N lines after
     nearest: bool = False  # each cause pairs with its nearest effect only
-    nodes: Literal["same", "other", "any"] = "any"
+    # named: the same node, counting each node a host-list line names (``named_nodes``)
+    nodes: Literal["same", "named", "other", "any"] = "any"
     order: Literal["after", "before", "any"] = "after"
     mark: dict[Literal["cause", "effect"], Literal["root", "downstream", "context"]] = {}
 
