@@ -903,32 +903,15 @@ def test_a_folded_entry_counts_for_each_of_its_nodes(site: Site) -> None:
     ``gpu[003-010]``; a node's own entry with lines in another job still counts."""
     nodes = tuple(f"gpu{i:03d}" for i in range(1, 11))
     ok, missing = CoverageStatus.OK, CoverageStatus.MISSING
+    runs = [
+        ("100", 26, [("gpu001", ok, 5), ("gpu002", ok, 5), ("gpu[003-010]", missing, 0)]),
+        ("101", 2, [("gpu003", ok, 5), ("gpu[001-002,004-010]", missing, 0)]),
+    ]
     with site.store() as store:
-        store.save(
-            verdict(
-                "100",
-                end=ago(hours=26),
-                diagnosed=ago(hours=26),
-                nodes=nodes,
-                coverage=(
-                    cov(Stream.KERNEL, "gpu001", ok, 5),
-                    cov(Stream.KERNEL, "gpu002", ok, 5),
-                    cov(Stream.KERNEL, "gpu[003-010]", missing),
-                ),
-            )
-        )
-        store.save(
-            verdict(
-                "101",
-                end=ago(hours=2),
-                diagnosed=ago(hours=2),
-                nodes=nodes,
-                coverage=(
-                    cov(Stream.KERNEL, "gpu003", ok, 5),
-                    cov(Stream.KERNEL, "gpu[001-002,004-010]", missing),
-                ),
-            )
-        )
+        for job_id, hours, entries in runs:
+            coverage = tuple(cov(Stream.KERNEL, n, status, lines) for n, status, lines in entries)
+            when = ago(hours=hours)
+            store.save(verdict(job_id, end=when, diagnosed=when, nodes=nodes, coverage=coverage))
     status = collect(load_config(site.config), config_file=str(site.config), now=NOW)
     e = status.evidence
     assert e is not None
