@@ -203,7 +203,7 @@ def _node_files(
     a 200,000-node job made 400,000 entries and 930 MiB before."""
     found = [
         (node, *_recent_files(_matches(templates, {"node": node, "cluster": cluster}), not_before))
-        for node in nodes
+        for node in dict.fromkeys(nodes)  # each node once, whatever the record repeats
     ]
     without: dict[str, list[tuple[str, int]]] = {}
     for node, files, old in found:
@@ -546,11 +546,10 @@ def collect(job: JobRecord, config: Config) -> Collection:
                 continue  # read from the journal
             if stream in EXPECTED:
                 unset = CoverageNote("no_template", {"key": key})
-                many = len(job.nodes) > FOLD_NODES
-                for node in [compress(job.nodes)] if many else job.nodes:
-                    notes = (
-                        [CoverageNote("nodes_folded", {"count": len(job.nodes)})] if many else []
-                    )
+                distinct = list(dict.fromkeys(job.nodes))
+                many = len(distinct) > FOLD_NODES
+                for node in [compress(distinct)] if many else job.nodes:
+                    notes = [CoverageNote("nodes_folded", {"count": len(distinct)})] if many else []
                     col.specs.append(SourceSpec(stream=stream, node=node, notes=notes))
                     col.note(stream, node, CoverageStatus.MISSING, unset)
             continue

@@ -336,3 +336,17 @@ def test_thousands_of_nodes_without_a_journal_fold(tmp_path: Path) -> None:
         assert cov[(stream, label)].codes == ("no_journal_match", "nodes_folded")  # type: ignore[attr-defined]
         assert cov[(stream, label)].notes[1].args == {"count": len(nodes)}  # type: ignore[attr-defined]
     assert not any(key[1] == "n00001" for key in cov if isinstance(key, tuple))
+
+
+def test_a_node_listed_twice_is_counted_once(tmp_path: Path) -> None:
+    from attribution.sources.specs import FOLD_NODES
+
+    distinct = tuple(f"n{i:05d}" for i in range(1, FOLD_NODES + 2))
+    (tmp_path / "out.log").write_text("job says hi\n")
+    j = job(tmp_path, nodes=distinct + distinct, nodelist=f"n[00001-{len(distinct):05d}]")
+    with collect(j, config(tmp_path)) as col:
+        folded = [s for s in col.specs if s.notes]
+    assert {(s.stream, s.notes[-1].args["count"]) for s in folded} == {
+        (Stream.KERNEL, len(distinct)),
+        (Stream.SYSLOG, len(distinct)),
+    }
