@@ -287,6 +287,7 @@ def analyze(
                 skew=options.skew,
                 coverage=cov,
                 support=support,
+                others=[e for e in active if e.standing is not Standing.CAUSE],
             )
         )
     cov = _note_condition_timeouts(cov, slow)

@@ -64,38 +64,44 @@ def test_where_owner_tests_whose_the_event_is(
     assert selects(selector, event) is picked
 
 
-def test_nodes_named_pairs_a_host_list_line_with_each_node_it_names() -> None:
+def test_nodes_named_pairs_a_host_list_line_only_when_each_job_node_has_a_cause() -> None:
     job = job_from_dict(
         {"job_id": "1", "nodes": "n[1-3]", "start": T0.isoformat(), "end": "2026-01-01T14:00:00Z"}
     )
-    events = [
-        _event("kernel.oom_kill", "n1", 0, Stream.KERNEL),
-        _event("kernel.oom_kill", "n3", 0, Stream.KERNEL),
-        _event("slurmctld.node_not_responding", None, 200, Stream.SLURMCTLD, named_nodes="n1,n2"),
-    ]
-    for i, e in enumerate(events):
-        e.seq, e.during_job = i, True
-    rule = {
-        "schema": 1,
-        "id": "t",
-        "kind": "correlation",
-        "version": 1,
-        "title": "OOM then lost",
-        "description": "An OOM kill paired with a node loss.",
-        "status": "test",
-        "severity": "error",
-        "op": "sequence",
-        "cause": {"event": ["kernel.oom_kill"]},
-        "effect": {"event": ["slurmctld.node_not_responding"]},
-        "order": "any",
-        "within": 600,
-        "finding": "f",
-    }
-    named = SequenceCorrelation.model_validate({**rule, "nodes": "named"})
-    findings = correlate([named], events, job, build_identity(job, events))
-    assert sorted(n for f in findings for n in f.nodes) == ["n1"]  # n3's OOM: not named
-    same = SequenceCorrelation.model_validate({**rule, "nodes": "same"})
-    assert correlate([same], events, job, build_identity(job, events)) == []
+
+    def findings(ooms: list[str], named: str, nodes: str = "named") -> list[str]:
+        events = [_event("kernel.oom_kill", node, 0, Stream.KERNEL) for node in ooms]
+        events.append(
+            _event("slurmctld.node_not_responding", None, 200, Stream.SLURMCTLD, named_nodes=named)
+        )
+        for i, e in enumerate(events):
+            e.seq, e.during_job = i, True
+        rule = SequenceCorrelation.model_validate({**RULE, "nodes": nodes})
+        got = correlate([rule], events, job, build_identity(job, events))
+        return sorted(n for f in got for n in f.nodes)
+
+    assert findings(["n1", "n2", "n3"], "n1,n2") == ["n1", "n2"]  # n3's OOM: not named
+    assert findings(["n1"], "n1,n2") == []  # n2's loss has no cause: the line is not explained
+    assert findings(["n1"], "n1,x99") == ["n1"]  # x99 is no node of the job
+    assert findings(["n1", "n2"], "n1,n2", nodes="same") == []  # a host list is no single node
+
+
+RULE = {
+    "schema": 1,
+    "id": "t",
+    "kind": "correlation",
+    "version": 1,
+    "title": "OOM then lost",
+    "description": "An OOM kill paired with a node loss.",
+    "status": "test",
+    "severity": "error",
+    "op": "sequence",
+    "cause": {"event": ["kernel.oom_kill"]},
+    "effect": {"event": ["slurmctld.node_not_responding"]},
+    "order": "any",
+    "within": 600,
+    "finding": "f",
+}
 
 
 def test_the_jobs_own_global_oom_then_the_node_lost_blames_no_node(ruleset: RuleSet) -> None:
@@ -149,3 +155,28 @@ def test_a_cgroup_oom_of_the_job_is_not_a_node_wide_exhaustion(
     _, verdict = diagnose_bundle(bundle, ruleset, workers=1)
     assert verdict.cause is not None
     assert verdict.cause.id not in ("node-lost-to-job-memory", "node-lost-after-oom")
+
+
+def test_another_jobs_global_oom_beside_the_jobs_own_is_not_this_jobs_memory(
+    tmp_path: Path, ruleset: RuleSet
+) -> None:
+    """Both a neighbour's process and the job's were OOM-killed before the node was lost: the
+    neighbour's kill (which may never be a cause) still rules out "the job used up the node"."""
+    hog = (
+        "2024-01-30T14:16:40.100000-06:00 c0238 kernel: oom-kill:constraint=CONSTRAINT_NONE,"
+        "nodemask=(null),cpuset=/,mems_allowed=0-1,global_oom,task_memcg=/slurm/uid_5000/"
+        "job_2613999/step_0/task_0,task=hog,pid=90001,uid=5000\n"
+        "2024-01-30T14:16:40.100100-06:00 c0238 kernel: Out of memory: Killed process 90001 (hog)"
+        " total-vm:201433812kB, anon-rss:185110320kB, file-rss:0kB, shmem-rss:0kB, UID:5000"
+        " pgtables:371884kB oom_score_adj:0\n"
+    )
+    first = "2024-01-30T14:16:52.331870-06:00 c0238 kernel: dorado invoked oom-killer"
+    bundle = _variant(
+        tmp_path,
+        first,
+        hog + first,
+        {"other_jobs": {"c0238": [{"job_id": "2613999", "start": "2024-01-30T12:00:00"}]}},
+    )
+    _, verdict = diagnose_bundle(bundle, ruleset, workers=1)
+    assert verdict.cause is not None and verdict.cause.id == "node-lost-after-oom"
+    assert verdict.sub_domain is SubDomain.INFRASTRUCTURE

@@ -259,6 +259,14 @@ def _named(event: Event) -> frozenset[str]:
     return frozenset(str(listed).split(",")) if listed else frozenset()
 
 
+def _explains_all(causes: Sequence[Event], effect: Event, job_nodes: frozenset[str]) -> bool:
+    """``nodes: named``: a line about several of the job's nodes pairs only when each of them
+    has a cause of its own (an OOM on one of two nodes lost in one line explains one loss, not
+    the line)."""
+    wanted = _named(effect) & job_nodes if job_nodes else _named(effect)
+    return bool(causes) and wanted <= {n for cause in causes for n in _named(cause)}
+
+
 def _nodes_ok(cause: Event, effect: Event, relation: str) -> bool:
     if relation == "same":
         return cause.node is not None and cause.node == effect.node
@@ -320,20 +328,27 @@ def _cause_index(
     return lambda _effect: every
 
 
-def _sequence(rule: SequenceCorrelation, events: Sequence[Event]) -> list[Finding]:
+def _sequence(
+    rule: SequenceCorrelation, events: Sequence[Event], job_nodes: frozenset[str] = frozenset()
+) -> list[Finding]:
     causes = [e for e in events if selects(rule.cause, e)]
     effects = [e for e in events if selects(rule.effect, e)]
     paired: dict[int, list[Event]] = defaultdict(list)
     cause_by_seq = {}
     candidates = _cause_index(rule, causes)
     for effect in effects if causes else ():
-        for i in candidates(effect):
-            cause = causes[i]
-            if cause is effect:
-                continue
-            if _nodes_ok(cause, effect, rule.nodes) and _time_ok(cause, effect, rule):
-                paired[cause.seq].append(effect)
-                cause_by_seq[cause.seq] = cause
+        fits = [
+            cause
+            for i in candidates(effect)
+            if (cause := causes[i]) is not effect
+            and _nodes_ok(cause, effect, rule.nodes)
+            and _time_ok(cause, effect, rule)
+        ]
+        if rule.nodes == "named" and not _explains_all(fits, effect, job_nodes):
+            continue
+        for cause in fits:
+            paired[cause.seq].append(effect)
+            cause_by_seq[cause.seq] = cause
     if rule.nearest:
         for seq, matched in paired.items():
             paired[seq] = [min(matched, key=lambda e: _distance(cause_by_seq[seq], e))]
@@ -647,7 +662,7 @@ def correlate(
     ordered = sorted(rules, key=lambda r: (r.op == "suppress", r.id))
     for rule in ordered:
         if isinstance(rule, SequenceCorrelation):
-            findings.extend(_sequence(rule, events))
+            findings.extend(_sequence(rule, events, frozenset(job.nodes)))
         elif isinstance(rule, VoteCorrelation):
             findings.extend(_vote(rule, events, identity))
         elif isinstance(rule, StragglerCorrelation):

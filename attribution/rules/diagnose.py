@@ -169,6 +169,15 @@ def _finding_condition(cond: FindingCondition, findings: Sequence[Finding]) -> l
     return chosen or None
 
 
+def _none_pool(
+    cond: EventCondition, events: Sequence[Event], others: Sequence[Event]
+) -> Sequence[Event]:
+    """The events a ``none`` condition looks at: the possible causes, and also the events that
+    may not be causes when the condition says whose it wants (another job's OOM kill can rule
+    out "the job used up the node's memory", never make it)."""
+    return [*events, *others] if others and "owner" in cond.where else events
+
+
 def _order_key(event: Event) -> tuple[int, Any, int]:
     return (0, event.time, event.seq) if event.time is not None else (1, 0, event.seq)
 
@@ -191,6 +200,7 @@ def _evaluate(
     job: JobRecord,
     unread: frozenset[tuple[Stream, str]] = frozenset(),
     support: Sequence[Event] = (),
+    others: Sequence[Event] = (),
 ) -> Candidate | None:
     when = rule.when
     if not job_matches(job, when.job):
@@ -228,7 +238,7 @@ def _evaluate(
         if isinstance(cond, FindingCondition):
             if _finding_condition(cond, findings) is not None:
                 return None
-        elif _event_condition(cond, events) is not None:
+        elif _event_condition(cond, _none_pool(cond, events, others)) is not None:
             return None
     supporting: list[Event] = []
     for extra in when.also:
@@ -591,10 +601,14 @@ def diagnose(
     skew: float = 60.0,
     coverage: Sequence[Coverage] = (),
     support: Sequence[Event] = (),
+    others: Sequence[Event] = (),
 ) -> Outcome:
     """Evaluate every diagnosis rule and rank the candidates (see the module docstring).
 
-    ``events`` may be causes; ``support`` may only corroborate (``when.also``). ``coverage``
+    ``events`` may be causes; ``support`` may only corroborate (``when.also``); ``others``
+    (every event that may not be a cause: another job's, an unknown process's, forged) are
+    seen only by a ``none`` condition that tests whose an event is (``where: {owner: ...}``),
+    which can only keep a rule from matching. ``coverage``
     tells ``unread`` conditions which sources were not read, and whether a trusted kernel log
     was recording when an untrusted hardware claim says something happened."""
     unread = frozenset(
@@ -603,7 +617,7 @@ def diagnose(
     found = [
         c
         for rule in rules
-        if (c := _evaluate(rule, events, findings, job, unread, support)) is not None
+        if (c := _evaluate(rule, events, findings, job, unread, support, others)) is not None
     ]
     found = _without_covered_fallbacks(found)
     candidates: list[Candidate] = []
