@@ -173,6 +173,13 @@ def event_values(event: Event) -> dict[str, Any]:
     return values
 
 
+def named_nodes(event: Event) -> list[str]:
+    """The nodes of the host list a line named when it named several (``named_nodes``, see
+    ``Extractor._event``), in order; empty for a line about one node or none."""
+    listed = event.fields.get("named_nodes")
+    return [n for n in listed.split(",") if n] if isinstance(listed, str) else []
+
+
 def event_rank(event: Event) -> int | None:
     """The global rank an event is about: the line's own rank, else a ``rank`` field."""
     rank = event.rank if event.rank is not None else event.fields.get("rank")

@@ -17,7 +17,7 @@ from typing import Any
 
 from attribution.hostlist import compress, is_ip, short_name
 from attribution.model import JOB_STREAMS, Event, EventRole, Finding, JobRecord, Standing
-from attribution.rules.conditions import ROOT_ROLES, event_rank, selects
+from attribution.rules.conditions import ROOT_ROLES, event_rank, named_nodes, selects
 from attribution.rules.schema import (
     CorrelationBase,
     CorrelationRule,
@@ -255,8 +255,7 @@ def _named(event: Event) -> frozenset[str]:
     several (a host list, ``named_nodes``)."""
     if event.node is not None:
         return frozenset((event.node,))
-    listed = event.fields.get("named_nodes")
-    return frozenset(str(listed).split(",")) if listed else frozenset()
+    return frozenset(named_nodes(event))
 
 
 def _explains_all(causes: Sequence[Event], effect: Event, job_nodes: frozenset[str]) -> bool:

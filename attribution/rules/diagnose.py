@@ -45,6 +45,7 @@ from attribution.rules.conditions import (
     ending_signal,
     event_rank,
     job_matches,
+    named_nodes,
     record_timeout,
     selects,
     signal_name,
@@ -409,9 +410,7 @@ def _listed_nodes(events: Sequence[Event]) -> list[str]:
             continue  # the host prefix of a job's line may be a container's name
         if e.node:
             out[e.node] = None
-        listed = e.fields.get("named_nodes")
-        if isinstance(listed, str):
-            out.update(dict.fromkeys(n for n in listed.split(",") if n))
+        out.update(dict.fromkeys(named_nodes(e)))
     return list(out)
 
 
